@@ -1,0 +1,55 @@
+r"""Attention and the Transformer, written exactly as in named tensor notation.
+
+Every public function is shape-checked at run time (see :mod:`named_transformer.axes`);
+``shape_checks(False)`` turns checking off.
+"""
+
+from named_transformer.attention import attend, attention, attention_from_scores, attention_weights
+from named_transformer.axes import AXES, Axis, checked, shape_checks, shape_checks_enabled
+from named_transformer.basic import basic_self_attention
+from named_transformer.feedforward import feed_forward
+from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
+from named_transformer.norm import layer_norm, standardize
+from named_transformer.pooling import attention_pooling, attention_pooling_weights
+from named_transformer.positions import relative_position_index, sinusoidal_positions
+from named_transformer.scores import (
+    additive_score,
+    cosine_score,
+    dot_score,
+    general_score,
+    location_score,
+    scaled_dot_score,
+)
+from named_transformer.softmax import hardmax, softmax
+
+__all__ = [
+    "AXES",
+    "Axis",
+    "additive_score",
+    "attend",
+    "attention",
+    "attention_from_scores",
+    "attention_pooling",
+    "attention_pooling_weights",
+    "attention_weights",
+    "basic_self_attention",
+    "causal_mask",
+    "checked",
+    "cosine_score",
+    "dot_score",
+    "feed_forward",
+    "general_score",
+    "hardmax",
+    "key_padding_mask",
+    "layer_norm",
+    "location_score",
+    "padding_mask",
+    "relative_position_index",
+    "scaled_dot_score",
+    "shape_checks",
+    "shape_checks_enabled",
+    "sinusoidal_positions",
+    "softmax",
+    "standardize",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,83 @@
+r"""Scaled dot-product attention, equation by equation.
+
+The named tensor paper (§4.3) writes attention for one query axis $\mathsf{seq'}$ over
+key/value positions $\mathsf{seq}$:
+
+$$\text{Attention}(Q, K, V, M) = \left(\nfun{seq}{softmax}
+  \left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right)\right) \ndot{seq} V$$
+
+with $Q \in \mathbb R^{\mathsf{seq'} \times \mathsf{key}}$,
+$K \in \mathbb R^{\mathsf{seq} \times \mathsf{key}}$,
+$V \in \mathbb R^{\mathsf{seq} \times \mathsf{val}}$ and $M \in \{0, -\infty\}^{\mathsf{seq'}
+\times \mathsf{seq}}$. Every other axis (batch, heads) is carried along untouched: the
+function is *lifted* over it. Keys and values may carry a size-1 axis where queries
+carry a larger one (``#`` in the annotation): a size-1 ``heads`` axis *is* multi-query
+attention.
+
+Masks are booleans, True where attention is allowed, as in
+`torch.nn.functional.scaled_dot_product_attention`. **`torch.nn.MultiheadAttention`
+reads a boolean mask the other way round** (True = blocked): negate it when porting.
+"""
+
+from __future__ import annotations
+
+from einops import einsum
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from named_transformer.axes import checked
+from named_transformer.scores import scaled_dot_score
+from named_transformer.softmax import softmax
+
+__all__ = ["attend", "attention", "attention_from_scores", "attention_weights"]
+
+
+# --8<-- [start:attention_weights]
+@checked
+def attention_weights(
+    queries: Float[Tensor, "*batch seq_q key"],
+    keys: Float[Tensor, "*#batch seq key"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+) -> Float[Tensor, "*batch seq_q seq"]:
+    r"""$\nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right)$: one distribution over $\mathsf{seq}$ per query."""
+    return softmax(scaled_dot_score(queries, keys), mask)
+# --8<-- [end:attention_weights]
+
+
+# --8<-- [start:attend]
+@checked
+def attend(
+    weights: Float[Tensor, "*batch seq_q seq"],
+    values: Float[Tensor, "*#batch seq val"],
+) -> Float[Tensor, "*batch seq_q val"]:
+    r"""$A \ndot{seq} V$: each query's weighted average of the values."""
+    return einsum(weights, values, "... seq_q seq, ... seq val -> ... seq_q val")
+# --8<-- [end:attend]
+
+
+# --8<-- [start:attention]
+@checked
+def attention(
+    queries: Float[Tensor, "*batch seq_q key"],
+    keys: Float[Tensor, "*#batch seq key"],
+    values: Float[Tensor, "*#batch seq val"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+) -> Float[Tensor, "*batch seq_q val"]:
+    r"""$\text{Attention}(Q, K, V, M)$, the Transformer's scaled dot-product attention.
+
+    A query row with no allowed key returns zeros (and zero gradient), never NaN.
+    """
+    return attend(attention_weights(queries, keys, mask), values)
+# --8<-- [end:attention]
+
+
+# --8<-- [start:attention_from_scores]
+@checked
+def attention_from_scores(
+    scores: Float[Tensor, "*batch seq_q seq"],
+    values: Float[Tensor, "*#batch seq val"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+) -> Float[Tensor, "*batch seq_q val"]:
+    r"""$\left(\nfun{seq}{softmax}(S + M)\right) \ndot{seq} V$ for scores $S$ from any function of the zoo."""
+    return attend(softmax(scores, mask), values)
+# --8<-- [end:attention_from_scores]

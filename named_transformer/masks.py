@@ -1,0 +1,65 @@
+r"""Masks: which key positions each query may attend to.
+
+A mask is boolean, **True where attention is allowed** (the convention of
+`torch.nn.functional.scaled_dot_product_attention`); the attention functions turn it
+into the additive $M \in \{0, -\infty\}^{\mathsf{seq'} \times \mathsf{seq}}$ of the
+equations. `torch.nn.MultiheadAttention` uses the opposite meaning for boolean masks.
+Masks are created on the device you pass (the device of your inputs).
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import rearrange
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from named_transformer.axes import checked
+
+__all__ = ["causal_mask", "key_padding_mask", "padding_mask"]
+
+
+# --8<-- [start:causal_mask]
+@checked
+def causal_mask(
+    seq_q: int,
+    seq: int | None = None,
+    *,
+    offset: int = 0,
+    device: torch.device | str | None = None,
+) -> Bool[Tensor, "seq_q seq"]:
+    r"""Query position $j$ may attend key position $i$ iff $i \le j$ (paper, A.1).
+
+    ``offset`` is the absolute position of the first query: with a key/value cache of
+    length $c$ the new queries sit at positions $c, c+1, \dots$, so pass ``offset=c``.
+    With ``offset=0`` and $|\mathsf{seq'}| = |\mathsf{seq}|$ this is the lower triangle,
+    the same as `scaled_dot_product_attention(..., is_causal=True)`.
+    """
+    seq = seq_q if seq is None else seq
+    query_positions = torch.arange(offset, offset + seq_q, device=device)
+    key_positions = torch.arange(seq, device=device)
+    return rearrange(key_positions, "seq -> 1 seq") <= rearrange(
+        query_positions, "seq_q -> seq_q 1"
+    )
+# --8<-- [end:causal_mask]
+
+
+# --8<-- [start:padding_mask]
+@checked
+def padding_mask(lengths: Int[Tensor, "*batch"], seq: int) -> Bool[Tensor, "*batch seq"]:
+    r"""True at the first ``lengths[b]`` positions of each sequence, False on padding.
+
+    To mask the keys of attention, use :func:`key_padding_mask`, which adds the
+    size-1 ``seq_q`` axis.
+    """
+    positions = torch.arange(seq, device=lengths.device)
+    return positions < rearrange(lengths, "... -> ... 1")
+# --8<-- [end:padding_mask]
+
+
+# --8<-- [start:key_padding_mask]
+@checked
+def key_padding_mask(lengths: Int[Tensor, "*batch"], seq: int) -> Bool[Tensor, "*batch 1 seq"]:
+    r""":func:`padding_mask` with a size-1 $\mathsf{seq'}$ axis: every query ignores padded keys."""
+    return rearrange(padding_mask(lengths, seq), "... seq -> ... 1 seq")
+# --8<-- [end:key_padding_mask]

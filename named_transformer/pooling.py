@@ -1,0 +1,54 @@
+r"""Feed-forward attention pooling: attention without a query (Raffel & Ellis, 2015).
+
+Seed 02's zoo cites it as "FF-FC attention". A small network $a$ scores each state on
+its own, the scores are normalised over $\mathsf{seq}$, and the context is the weighted
+average of the states:
+
+$$e = a(h), \qquad \alpha = \nfun{seq}{softmax}\, e, \qquad c = \alpha \ndot{seq} h,$$
+
+with $a(h) = w \ndot{hidden} \tanh(W \ndot{layer} h + b)$. Padding positions get weight
+zero, so the length of the padding changes nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import einsum
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from named_transformer.axes import checked
+from named_transformer.softmax import softmax
+
+__all__ = ["attention_pooling", "attention_pooling_weights"]
+
+
+# --8<-- [start:attention_pooling_weights]
+@checked
+def attention_pooling_weights(
+    states: Float[Tensor, "*batch seq layer"],
+    w_hidden: Float[Tensor, "hidden layer"],
+    b_hidden: Float[Tensor, " hidden"],
+    w_score: Float[Tensor, " hidden"],
+    mask: Bool[Tensor, "*#batch #seq"] | None = None,
+) -> Float[Tensor, "*batch seq"]:
+    r"""$\alpha = \nfun{seq}{softmax}\left(w \ndot{hidden} \tanh(W \ndot{layer} h + b)\right)$."""
+    hidden = einsum(states, w_hidden, "... seq layer, hidden layer -> ... seq hidden")
+    scores = einsum(torch.tanh(hidden + b_hidden), w_score, "... seq hidden, hidden -> ... seq")
+    return softmax(scores, mask)
+# --8<-- [end:attention_pooling_weights]
+
+
+# --8<-- [start:attention_pooling]
+@checked
+def attention_pooling(
+    states: Float[Tensor, "*batch seq layer"],
+    w_hidden: Float[Tensor, "hidden layer"],
+    b_hidden: Float[Tensor, " hidden"],
+    w_score: Float[Tensor, " hidden"],
+    mask: Bool[Tensor, "*#batch #seq"] | None = None,
+) -> Float[Tensor, "*batch layer"]:
+    r"""$c = \alpha \ndot{seq} h$: one vector per sequence, a weighted average of its states."""
+    weights = attention_pooling_weights(states, w_hidden, b_hidden, w_score, mask)
+    return einsum(weights, states, "... seq, ... seq layer -> ... layer")
+# --8<-- [end:attention_pooling]
