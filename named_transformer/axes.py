@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple, TypeVar
 
 import jaxtyping
-from beartype import beartype
+from beartype import BeartypeConf, beartype
 from jaxtyping import jaxtyped
 
 __all__ = ["AXES", "Axis", "checked", "shape_checks", "shape_checks_enabled"]
@@ -57,14 +57,18 @@ AXES: dict[str, Axis] = {
 
 _F = TypeVar("_F", bound=Callable)
 
+# PEP 484's numeric tower: an int is accepted where a float is annotated (beta=2, eps=0).
+_typechecker = beartype(conf=BeartypeConf(is_pep484_tower=True))
+
 
 def checked(fn: _F) -> _F:
     """Check ``fn``'s jaxtyping annotations with beartype on every call.
 
-    Decorate functions and ``forward`` methods, never a class: a decorated class checks
-    nothing. Honours :func:`shape_checks` at call time.
+    This is ``jaxtyped(typechecker=beartype)``, with beartype accepting an ``int`` where
+    a ``float`` is annotated. Decorate functions and ``forward`` methods, never a class:
+    a decorated class checks nothing. Honours :func:`shape_checks` at call time.
     """
-    return jaxtyped(typechecker=beartype)(fn)
+    return jaxtyped(typechecker=_typechecker)(fn)
 
 
 def shape_checks_enabled() -> bool:
