@@ -31,7 +31,7 @@ __all__ = [
 @checked
 def dot_score(
     queries: Float[Tensor, "*batch seq_q key"],
-    keys: Float[Tensor, "*batch seq key"],
+    keys: Float[Tensor, "*#batch seq key"],
 ) -> Float[Tensor, "*batch seq_q seq"]:
     r"""Dot product: $Q \ndot{key} K$. No parameters; queries and keys share $\mathsf{key}$."""
     return einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
@@ -42,7 +42,7 @@ def dot_score(
 @checked
 def scaled_dot_score(
     queries: Float[Tensor, "*batch seq_q key"],
-    keys: Float[Tensor, "*batch seq key"],
+    keys: Float[Tensor, "*#batch seq key"],
 ) -> Float[Tensor, "*batch seq_q seq"]:
     r"""Scaled dot product (the Transformer's): $\dfrac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}}$.
 
@@ -58,7 +58,7 @@ def scaled_dot_score(
 @checked
 def general_score(
     queries: Float[Tensor, "*batch seq_q key_q"],
-    keys: Float[Tensor, "*batch seq key"],
+    keys: Float[Tensor, "*#batch seq key"],
     weight: Float[Tensor, "key_q key"],
 ) -> Float[Tensor, "*batch seq_q seq"]:
     r"""General (bilinear, Luong): $Q \ndot{key'} W \ndot{key} K$, $W \in \mathbb R^{\mathsf{key'} \times \mathsf{key}}$.
@@ -75,7 +75,7 @@ def general_score(
 @checked
 def additive_score(
     queries: Float[Tensor, "*batch seq_q key_q"],
-    keys: Float[Tensor, "*batch seq key"],
+    keys: Float[Tensor, "*#batch seq key"],
     w_query: Float[Tensor, "hidden key_q"],
     w_key: Float[Tensor, "hidden key"],
     w_score: Float[Tensor, " hidden"],
@@ -99,7 +99,7 @@ def additive_score(
 @checked
 def cosine_score(
     queries: Float[Tensor, "*batch seq_q key"],
-    keys: Float[Tensor, "*batch seq key"],
+    keys: Float[Tensor, "*#batch seq key"],
     eps: float = 1e-8,
 ) -> Float[Tensor, "*batch seq_q seq"]:
     r"""Cosine (content-based, Graves): $\dfrac{Q \ndot{key} K}{\|Q\|_{\mathsf{key}}\, \|K\|_{\mathsf{key}}}$.

@@ -1,0 +1,131 @@
+"""Attention against torch's scaled_dot_product_attention, plus the seeds' properties."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import einsum
+from hypothesis import given
+from hypothesis import strategies as st
+
+import named_transformer as nt
+
+SEQ_Q, SEQ, KEY, VAL = 5, 7, 3, 4  # a distinct size for every axis
+
+
+def qkv(*batch, dtype=torch.float32, requires_grad=False):
+    def make(*shape):
+        return torch.randn(*batch, *shape, dtype=dtype, requires_grad=requires_grad)
+
+    return make(SEQ_Q, KEY), make(SEQ, KEY), make(SEQ, VAL)
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"])
+def test_equals_sdpa_without_mask(batch):
+    q, k, v = qkv(*batch)
+    torch.testing.assert_close(nt.attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"])
+def test_equals_sdpa_causal(batch):
+    q, k, v = qkv(*batch)
+    q = q[..., :SEQ, :] if SEQ_Q >= SEQ else torch.randn(*batch, SEQ, KEY)
+    mask = nt.causal_mask(SEQ)
+    torch.testing.assert_close(
+        nt.attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    )
+
+
+def test_equals_sdpa_with_padding_mask():
+    q, k, v = qkv(3)
+    lengths = torch.tensor([7, 2, 5])
+    mask = nt.key_padding_mask(lengths, SEQ)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(nt.attention(q, k, v, mask), expected)
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"])
+def test_equals_sdpa_with_arbitrary_boolean_mask(batch):
+    q, k, v = qkv(*batch)
+    mask = torch.rand(*batch, SEQ_Q, SEQ) > 0.4
+    mask[..., 0] = True  # sdpa returns NaN on fully masked rows; ours returns zeros
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(nt.attention(q, k, v, mask), expected)
+
+
+def test_fully_masked_query_row_returns_zeros_and_zero_gradient():
+    q, k, v = qkv(2, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(2, SEQ_Q, SEQ, dtype=torch.bool)
+    mask[1, 3] = False
+    out = nt.attention(q, k, v, mask)
+    assert torch.equal(out[1, 3], torch.zeros(VAL, dtype=torch.float64))
+    out.sum().backward()
+    assert torch.equal(q.grad[1, 3], torch.zeros(KEY, dtype=torch.float64))
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_gradcheck_attention():
+    q, k, v = qkv(2, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(SEQ_Q, SEQ) > 0.3
+    assert torch.autograd.gradcheck(lambda *t: nt.attention(*t, mask), (q, k, v))
+
+
+def test_weights_sum_to_one_and_attend_gives_the_output():
+    q, k, v = qkv(2)
+    weights = nt.attention_weights(q, k)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, SEQ_Q))
+    torch.testing.assert_close(nt.attend(weights, v), nt.attention(q, k, v))
+
+
+def test_attention_from_scores_with_the_scaled_dot_score_is_attention():
+    q, k, v = qkv(2)
+    mask = nt.causal_mask(SEQ_Q, SEQ)
+    scores = nt.scaled_dot_score(q, k)
+    torch.testing.assert_close(nt.attention_from_scores(scores, v, mask), nt.attention(q, k, v, mask))
+
+
+def test_keys_with_a_size_one_heads_axis_are_multi_query_attention():
+    heads = 6
+    q = torch.randn(2, heads, SEQ_Q, KEY)
+    k, v = torch.randn(2, 1, SEQ, KEY), torch.randn(2, 1, SEQ, VAL)
+    expected = F.scaled_dot_product_attention(q, k.expand(-1, heads, -1, -1), v.expand(-1, heads, -1, -1))
+    torch.testing.assert_close(nt.attention(q, k, v), expected)
+
+
+def test_gradcheck_basic_self_attention():
+    x = torch.randn(2, SEQ, KEY, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(nt.basic_self_attention, (x,))
+
+
+def test_basic_self_attention_matches_seed_01():
+    x = torch.randn(SEQ, KEY)
+    seed_01 = torch.softmax(x @ x.T, dim=-1) @ x  # seed 01's basic_attention, written raw
+    torch.testing.assert_close(nt.basic_self_attention(x), seed_01)
+
+
+@given(seed=st.integers(0, 10_000))
+def test_basic_self_attention_is_permutation_equivariant(seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, SEQ, KEY, generator=generator, dtype=torch.float64)
+    perm = torch.randperm(SEQ, generator=generator)
+    torch.testing.assert_close(nt.basic_self_attention(x[:, perm]), nt.basic_self_attention(x)[:, perm])
+
+
+@given(seed=st.integers(0, 10_000))
+def test_qkv_self_attention_is_permutation_equivariant(seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(SEQ, 6, generator=generator, dtype=torch.float64)
+    w_q, w_k = (torch.randn(6, KEY, generator=generator, dtype=torch.float64) for _ in range(2))
+    w_v = torch.randn(6, VAL, generator=generator, dtype=torch.float64)
+    perm = torch.randperm(SEQ, generator=generator)
+
+    def self_attention(inputs):
+        q, k, v = (einsum(inputs, w, "seq layer, layer d -> seq d") for w in (w_q, w_k, w_v))
+        return nt.attention(q, k, v)
+
+    torch.testing.assert_close(self_attention(x[perm]), self_attention(x)[perm])
+
+
+def test_large_logits_stay_finite():
+    q, k, v = qkv(2)
+    out = nt.attention(q * 1e4, k * 1e4, v, nt.causal_mask(SEQ_Q, SEQ))
+    assert torch.isfinite(out).all()
