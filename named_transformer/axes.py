@@ -54,7 +54,7 @@ AXES: dict[str, Axis] = {
     "distance": Axis(r"\mathsf{distance}", "clipped relative distance, 2k+1 entries (Shaw et al.)"),
     "qkv": Axis(r"\mathsf{qkv}", "rows of seed 04's stacked W_qkv: queries, keys, values of every head"),
     "gates": Axis(r"\mathsf{gates}", "stacked gates of a GRU (r, z, n) or an LSTM (i, f, g, o)"),
-    "annotation": Axis(r"\mathsf{annotation}", "bidirectional annotation h_j = [fwd; bwd] width, 2 |hidden|"),
+    "annotation": Axis(r"\mathsf{annotation}", "bidirectional annotation [fwd h_j; bwd h_j]"),
 }
 # --8<-- [end:axes]
 
