@@ -52,7 +52,7 @@ AXES: dict[str, Axis] = {
     "vocab": Axis(r"\mathsf{vocab}", "token types of the vocabulary"),
     "classes": Axis(r"\mathsf{classes}", "output classes of a classifier"),
     "distance": Axis(r"\mathsf{distance}", "clipped relative distance, 2k+1 entries (Shaw et al.)"),
-    "qkv": Axis(r"\mathsf{qkv}", "rows of seed 04's stacked W_qkv: queries, keys, values of every head"),
+    "qkv": Axis(r"\mathsf{qkv}", "rows of seed 04's stacked W_qkv (q, k, v of all heads)"),
     "gates": Axis(r"\mathsf{gates}", "stacked gates of a GRU (r, z, n) or an LSTM (i, f, g, o)"),
     "annotation": Axis(r"\mathsf{annotation}", "bidirectional annotation [fwd h_j; bwd h_j]"),
 }
