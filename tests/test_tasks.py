@@ -166,7 +166,9 @@ def test_collate_pads_and_builds_masks():
 
 def test_collate_lm_learns_only_the_answer():
     vocabulary = task_vocabulary("reverse")
-    batch = collate_lm([Example(tuple("12"), tuple("21")), Example(tuple("3"), tuple("3"))], vocabulary)
+    batch = collate_lm(
+        [Example(tuple("12"), tuple("21")), Example(tuple("3"), tuple("3"))], vocabulary
+    )
     e = vocabulary.encode
     # rows: 1 2 <bos> 2 1 <eos>  and  3 <bos> 3 <eos>
     assert batch.inputs.tolist() == [[*e("12"), 1, *e("21")], [*e("3"), 1, *e("3"), 0, 0]]
@@ -195,7 +197,9 @@ def test_synthetic_reviews_have_negation_intensifiers_and_consistent_labels():
     reviews = make_task("sentiment", 2000, seed=0)
     labels = Counter(target for _, target in reviews)
     assert 0.45 < labels[("positive",)] / 2000 < 0.55
-    assert any("not" in s for s, _ in reviews) and any(set(s) & set(INTENSIFIERS) for s, _ in reviews)
+    assert any("not" in s for s, _ in reviews) and any(
+        set(s) & set(INTENSIFIERS) for s, _ in reviews
+    )
     for source, (label,) in reviews:
         assert _rule_label(source) == label
     # negators are as frequent in positive as in negative reviews
