@@ -1,0 +1,63 @@
+"""MkDocs hook: serve KaTeX from the site itself, installed from the npm registry.
+
+KaTeX is not committed. On the first build (``mkdocs build`` or ``mkdocs serve``) this
+hook runs ``npm install --no-save --prefix <project>/.cache/katex katex@0.16`` (``.cache/``
+is gitignored), then adds KaTeX's ``dist`` files (``katex.min.js``, ``katex.min.css`` and
+``fonts/``) to the site as ``assets/katex/``. mkdocs.yml loads them through
+``extra_css``/``extra_javascript``; ``docs/javascripts/katex-init.js`` renders the math.
+No request leaves the site when a page is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+
+KATEX_SPEC = "katex@0.16"
+log = logging.getLogger("mkdocs.hooks.katex")
+_dist: Path | None = None
+
+
+def katex_dist(project_root: Path) -> Path:
+    """Return KaTeX's ``dist`` directory, installing the npm package when it is missing."""
+    prefix = project_root / ".cache" / "katex"
+    dist = prefix / "node_modules" / "katex" / "dist"
+    if (dist / "katex.min.js").is_file() and (dist / "fonts").is_dir():
+        return dist
+    npm = shutil.which("npm")
+    if npm is None:
+        raise PluginError(
+            "KaTeX is installed at build time from the npm registry, but `npm` is not on PATH. "
+            "Install Node.js and npm (Debian: `apt-get install nodejs npm`), then build again."
+        )
+    log.info("Installing %s into %s", KATEX_SPEC, prefix)
+    prefix.mkdir(parents=True, exist_ok=True)
+    command = [npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(prefix),
+               KATEX_SPEC]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not (dist / "katex.min.js").is_file():
+        raise PluginError(
+            f"`{' '.join(command)}` failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}"
+        )
+    return dist
+
+
+def on_config(config):
+    global _dist
+    _dist = katex_dist(Path(config.config_file_path).resolve().parent)
+    return config
+
+
+def on_files(files: Files, config) -> Files:
+    """Add KaTeX's dist files to the site under ``assets/katex/``."""
+    assert _dist is not None
+    wanted = [_dist / "katex.min.js", _dist / "katex.min.css", *sorted((_dist / "fonts").iterdir())]
+    for path in wanted:
+        uri = "assets/katex/" + path.relative_to(_dist).as_posix()
+        files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files

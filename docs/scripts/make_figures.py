@@ -1,0 +1,165 @@
+"""Draw the docs figures from real runs of the library, with named_transformer.plot.
+
+    python docs/scripts/make_figures.py                 # rewrite docs/figures/*.png
+    python docs/scripts/make_figures.py --quick --out /tmp/figs   # fast smoke run (CI)
+
+Every figure is computed by the library's own functions (softmax, attention_weights,
+masks, positions) and drawn by ``named_transformer.plot``. The example numbers are the
+ones the pages compute in their executed examples. ``--quick`` uses fewer samples and a
+low resolution so a test can run the whole script in a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from einops import einsum, repeat  # noqa: E402
+
+import named_transformer as nt  # noqa: E402
+from named_transformer import plot  # noqa: E402
+
+FIGURES = Path(__file__).resolve().parents[1] / "figures"
+
+# The cars of seed 03, as on the "Attention as a soft dictionary" page.
+CARS = ["hatchback", "minivan", "sports car", "SUV", "pickup"]
+CAR_FEATURES = torch.tensor([  # safety, capacity, acceleration, mpg: the keys
+    [8.0, 3.0, 4.0, 9.0],
+    [9.0, 10.0, 2.0, 5.0],
+    [5.0, 1.0, 10.0, 3.0],
+    [7.0, 8.0, 5.0, 4.0],
+    [4.0, 6.0, 3.0, 2.0],
+])
+NEW_CAR = torch.tensor([[8.0, 4.0, 5.0, 8.0]])  # the query: one row of seq_q
+
+TOKENS = ["<s>", "the", "cat", "sat", "on", "mats"]
+
+
+def soft_to_hard(quick: bool) -> plt.Figure:
+    """Attention weights of the new car over the five cars as the inverse temperature grows."""
+    scores = nt.scaled_dot_score(NEW_CAR, CAR_FEATURES)[0]  # seq
+    betas = torch.logspace(-2.5, 0.5, 12 if quick else 200)
+    weights = nt.softmax(einsum(betas, scores, "beta, seq -> beta seq"))  # one row per β
+    ax = plot.line_plot(
+        betas, {car: weights[:, i] for i, car in enumerate(CARS)},
+        logx=True, xlabel="inverse temperature β", ylabel="attention weight",
+        title="softmax_seq(β · score): from uniform to one-hot",
+    )
+    ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+    return ax.figure
+
+
+def dot_variance(quick: bool) -> plt.Figure:
+    """Variance of q ⊙_key k (standard normal q, k) against |key|, with and without 1/√|key|."""
+    generator = torch.Generator().manual_seed(0)
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    samples = 200 if quick else 20_000
+    plain, scaled = [], []
+    for size in sizes:
+        queries = torch.randn(samples, 1, size, generator=generator, dtype=torch.float64)
+        keys = torch.randn(samples, 1, size, generator=generator, dtype=torch.float64)
+        plain.append(nt.dot_score(queries, keys).var().item())
+        scaled.append(nt.scaled_dot_score(queries, keys).var().item())
+    ax = plot.line_plot(
+        sizes, {"Q ⊙_key K": plain, "Q ⊙_key K / √|key|": scaled, "|key|": sizes},
+        logx=True, logy=True, markers=True, xlabel="|key|", ylabel="variance of the score",
+        title="Dot products grow with |key|; scaling keeps variance 1",
+    )
+    return ax.figure
+
+
+def masks(quick: bool) -> plt.Figure:
+    """The causal mask and the attention weights it produces."""
+    generator = torch.Generator().manual_seed(1)
+    seq, key = len(TOKENS), 4
+    queries = torch.randn(seq, key, generator=generator)
+    keys = torch.randn(seq, key, generator=generator)
+    mask = nt.causal_mask(seq)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    plot.attention_heatmap(mask.float(), TOKENS, TOKENS, ax=left, colorbar=False, annotate=False,
+                           title="causal_mask(6): True = may attend", cmap="Greys_r")
+    plot.attention_heatmap(nt.attention_weights(queries, keys, mask), TOKENS, TOKENS, ax=right,
+                           title="attention_weights(Q, K, mask)")
+    return fig
+
+
+def padding(quick: bool) -> plt.Figure:
+    """Key padding for a batch of two sentences of lengths 6 and 4, padded to 6."""
+    generator = torch.Generator().manual_seed(2)
+    lengths = torch.tensor([6, 4])
+    batch, seq, key = 2, len(TOKENS), 4
+    queries = torch.randn(batch, seq, key, generator=generator)
+    keys = torch.randn(batch, seq, key, generator=generator)
+    mask = nt.key_padding_mask(lengths, seq)  # batch 1 seq
+    weights = nt.attention_weights(queries, keys, mask)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    short = TOKENS[:4] + ["<pad>", "<pad>"]
+    rows = repeat(mask[1, 0].float(), "seq -> seq_q seq", seq_q=seq)  # one row per query
+    plot.attention_heatmap(rows, short, short, ax=left,
+                           title="key_padding_mask: sentence 2 (length 4)", colorbar=False,
+                           annotate=False, cmap="Greys_r")
+    plot.attention_heatmap(weights[1], short, short, ax=right,
+                           title="attention_weights: padded keys get 0")
+    return fig
+
+
+def basic_equivariance(quick: bool) -> plt.Figure:
+    """Weights of basic self-attention for x and for x with its last two positions swapped."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(4, 2, generator=generator)
+    permutation = torch.tensor([0, 1, 3, 2])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    for ax, x, labels, title in (
+        (left, inputs, ["x0", "x1", "x2", "x3"], "softmax_seq(X ⊙_layer X)"),
+        (right, inputs[permutation], ["x0", "x1", "x3", "x2"], "same, positions 2 and 3 swapped"),
+    ):
+        weights = nt.softmax(nt.dot_score(x, x))
+        plot.attention_heatmap(weights, labels, labels, ax=ax, title=title, colorbar=ax is right)
+    return fig
+
+
+def positions(quick: bool) -> plt.Figure:
+    """The sinusoidal table P over seq × layer."""
+    table = nt.sinusoidal_positions(32 if quick else 64, 64)
+    ax = plot.table_heatmap(table, title="sinusoidal_positions(64, 64)")
+    return ax.figure
+
+
+FIGURE_MAKERS: dict[str, Callable[[bool], plt.Figure]] = {
+    "soft-to-hard": soft_to_hard,
+    "dot-variance": dot_variance,
+    "causal-mask": masks,
+    "padding-mask": padding,
+    "basic-equivariance": basic_equivariance,
+    "sinusoidal-positions": positions,
+}
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few samples, low resolution")
+    parser.add_argument("--out", type=Path, default=FIGURES, help=f"output directory ({FIGURES})")
+    parser.add_argument("--only", nargs="*", choices=sorted(FIGURE_MAKERS), help="figures to draw")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    written = []
+    for name in args.only or FIGURE_MAKERS:
+        figure = FIGURE_MAKERS[name](args.quick)
+        path = args.out / f"{name}.png"
+        figure.savefig(path, dpi=40 if args.quick else 110, metadata={"Software": None})
+        plt.close(figure)
+        written.append(path)
+        print(path)
+    return written
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+r"""Pictures of named tensors: attention maps, tables and curves (matplotlib).
+
+The docs figures are drawn by these functions from real runs of the library
+(``docs/scripts/make_figures.py``). matplotlib is an optional dependency, imported only
+when a function here is called: install it with the ``docs`` extra
+(``pip install -e ".[docs]"``).
+
+Each function draws into ``ax`` when given one, otherwise into a new figure, and
+returns the ``Axes`` (its figure is ``ax.figure``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from jaxtyping import Float
+from torch import Tensor
+
+from named_transformer.axes import checked
+
+__all__ = ["attention_heatmap", "line_plot", "table_heatmap"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "named_transformer.plot needs matplotlib, which is in the `docs` extra: "
+            'pip install -e ".[docs]" (or pip install matplotlib)'
+        ) from error
+    return plt
+
+
+def _axes(ax: Any, figsize: tuple[float, float]) -> Any:
+    if ax is not None:
+        return ax
+    _, ax = _pyplot().subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def _numbers(values: Tensor | Iterable[float]) -> Any:
+    import numpy as np
+
+    if isinstance(values, Tensor):
+        return values.detach().to("cpu").double().numpy()
+    return np.asarray([float(v) for v in values])
+
+
+# --8<-- [start:attention_heatmap]
+@checked
+def attention_heatmap(
+    weights: Float[Tensor, "seq_q seq"],
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    annotate: bool = True,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    cmap: str = "viridis",
+    colorbar: bool = True,
+) -> Any:
+    r"""Draw attention weights $A \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq}}$ as a heatmap.
+
+    Rows are queries ($\mathsf{seq'}$), columns are keys ($\mathsf{seq}$), labelled with
+    the tokens when given; ``annotate`` writes each weight in its cell. A boolean mask
+    draws the same way after ``mask.float()``.
+    """
+    ax = _axes(ax, (0.6 * weights.shape[1] + 2.0, 0.5 * weights.shape[0] + 1.2))
+    grid = _numbers(weights)
+    image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(grid.shape[1]), key_labels or range(grid.shape[1]))
+    ax.set_yticks(range(grid.shape[0]), query_labels or range(grid.shape[0]))
+    ax.tick_params(axis="x", labelrotation=45 if key_labels else 0)
+    ax.set_xlabel("key position (seq)")
+    ax.set_ylabel("query position (seq_q)")
+    if annotate:
+        middle = (vmin + vmax) / 2
+        for row in range(grid.shape[0]):
+            for column in range(grid.shape[1]):
+                value = grid[row, column]
+                colour = "black" if value > middle else "white"
+                ax.text(column, row, f"{value:.2f}", ha="center", va="center",
+                        color=colour, fontsize=8)
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return ax
+# --8<-- [end:attention_heatmap]
+
+
+# --8<-- [start:table_heatmap]
+@checked
+def table_heatmap(
+    table: Float[Tensor, "seq layer"],
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    cmap: str = "RdBu",
+    symmetric: bool = True,
+    xlabel: str = "channel (layer)",
+    ylabel: str = "position (seq)",
+) -> Any:
+    r"""Draw a table over $\mathsf{seq} \times \mathsf{layer}$ (positional encodings, embeddings).
+
+    ``symmetric`` centres the colour scale on zero, so signs read at a glance.
+    """
+    ax = _axes(ax, (7.0, 3.5))
+    grid = _numbers(table)
+    limit = float(abs(grid).max()) if symmetric else None
+    image = ax.imshow(grid, cmap=cmap, aspect="auto", interpolation="nearest",
+                      vmin=-limit if limit else None, vmax=limit)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return ax
+# --8<-- [end:table_heatmap]
+
+
+# --8<-- [start:line_plot]
+@checked
+def line_plot(
+    x: Tensor | Iterable[float],
+    curves: Mapping[str, Tensor | Iterable[float]],
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    xlabel: str = "",
+    ylabel: str = "",
+    logx: bool = False,
+    logy: bool = False,
+    markers: bool = False,
+) -> Any:
+    """Draw named curves over a shared x (weights against β, variance against |key|, losses).
+
+    ``curves`` maps each legend label to its y values, one per x.
+    """
+    ax = _axes(ax, (6.0, 3.6))
+    xs = _numbers(x)
+    for label, ys in curves.items():
+        ax.plot(xs, _numbers(ys), label=label, marker="o" if markers else None, markersize=3)
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if len(curves) > 1:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+# --8<-- [end:line_plot]
