@@ -1,0 +1,112 @@
+"""Every public function of the functional core rejects a wrong axis size, naming it."""
+
+import importlib
+
+import pytest
+import torch
+from jaxtyping import TypeCheckError
+
+import named_transformer as nt
+
+B, SEQ_Q, SEQ, KEY_Q, KEY, VAL, LAYER, HIDDEN = 2, 3, 4, 5, 6, 7, 8, 9
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+MASK = torch.ones(B, SEQ, dtype=torch.bool)
+BAD_MASK = torch.ones(B, SEQ + 1, dtype=torch.bool)
+QUERIES, KEYS, VALUES = r(B, SEQ_Q, KEY), r(B, SEQ, KEY), r(B, SEQ, VAL)
+BAD_KEYS, BAD_VALUES = r(B, SEQ, KEY + 1), r(B, SEQ + 1, VAL)
+POOL = [r(B, SEQ, LAYER), r(HIDDEN, LAYER), r(HIDDEN), r(HIDDEN)]
+FFN = [r(B, SEQ, LAYER), r(HIDDEN, LAYER), r(HIDDEN), r(LAYER, HIDDEN), r(LAYER)]
+ADDITIVE = [r(B, SEQ_Q, KEY_Q), KEYS, r(HIDDEN, KEY_Q), r(HIDDEN, KEY), r(HIDDEN)]
+
+# name -> (function, good arguments, bad arguments, the argument the error must name)
+CASES = {
+    "softmax": (nt.softmax, [r(B, SEQ), MASK], [r(B, SEQ), BAD_MASK], "mask"),
+    "hardmax": (nt.hardmax, [r(B, SEQ), MASK], [r(B, SEQ), BAD_MASK], "mask"),
+    "dot_score": (nt.dot_score, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
+    "scaled_dot_score": (nt.scaled_dot_score, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
+    "cosine_score": (nt.cosine_score, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
+    "general_score": (
+        nt.general_score,
+        [r(B, SEQ_Q, KEY_Q), KEYS, r(KEY_Q, KEY)],
+        [r(B, SEQ_Q, KEY_Q), KEYS, r(KEY_Q, KEY + 1)],
+        "weight",
+    ),
+    "additive_score": (nt.additive_score, ADDITIVE, [*ADDITIVE[:4], r(HIDDEN + 1)], "w_score"),
+    "location_score": (
+        nt.location_score,
+        [r(B, SEQ_Q, HIDDEN), r(SEQ, HIDDEN)],
+        [r(B, SEQ_Q, HIDDEN), r(SEQ, HIDDEN + 1)],
+        "weight",
+    ),
+    "attention_weights": (nt.attention_weights, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
+    "attend": (nt.attend, [r(B, SEQ_Q, SEQ), VALUES], [r(B, SEQ_Q, SEQ), BAD_VALUES], "values"),
+    "attention": (nt.attention, [QUERIES, KEYS, VALUES], [QUERIES, KEYS, BAD_VALUES], "values"),
+    "attention_from_scores": (
+        nt.attention_from_scores,
+        [r(B, SEQ_Q, SEQ), VALUES],
+        [r(B, SEQ_Q, SEQ), BAD_VALUES],
+        "values",
+    ),
+    "basic_self_attention": (nt.basic_self_attention, [r(B, SEQ, LAYER)], [r(LAYER)], "inputs"),
+    "standardize": (nt.standardize, [r(B, SEQ, LAYER)], [torch.tensor(1.0)], "inputs"),
+    "layer_norm": (
+        nt.layer_norm,
+        [r(B, SEQ, LAYER), r(LAYER), r(LAYER)],
+        [r(B, SEQ, LAYER), r(LAYER + 1), r(LAYER)],
+        "gamma",
+    ),
+    "feed_forward": (nt.feed_forward, FFN, [*FFN[:4], r(LAYER + 1)], "b2"),
+    "attention_pooling": (nt.attention_pooling, POOL, [POOL[0], r(HIDDEN, LAYER + 1), *POOL[2:]], "w_hidden"),
+    "attention_pooling_weights": (
+        nt.attention_pooling_weights,
+        POOL,
+        [*POOL[:3], r(HIDDEN + 1)],
+        "w_score",
+    ),
+    "padding_mask": (nt.padding_mask, [torch.tensor([1, 2]), 4], [torch.tensor([1.0, 2.0]), 4], "lengths"),
+    "key_padding_mask": (
+        nt.key_padding_mask,
+        [torch.tensor([1, 2]), 4],
+        [torch.tensor([1.0, 2.0]), 4],
+        "lengths",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_wrong_axis_size_raises_and_names_the_argument(name):
+    function, good, bad, argument = CASES[name]
+    function(*good)
+    with pytest.raises(TypeCheckError) as error:
+        function(*bad)
+    assert f"parameter '{argument}'" in str(error.value)
+
+
+def test_message_shows_the_conflicting_sizes():
+    with pytest.raises(TypeCheckError) as error:
+        nt.attention(QUERIES, BAD_KEYS, VALUES)
+    message = str(error.value)
+    assert "parameter 'keys'" in message
+    assert f"f32[{B},{SEQ},{KEY + 1}]" in message  # the value that arrived
+    assert f"key={KEY}" in message  # the size the queries bound
+
+
+def test_a_wrong_dtype_is_named_too():
+    with pytest.raises(TypeCheckError, match="parameter 'mask'"):
+        nt.softmax(r(B, SEQ), torch.ones(B, SEQ))  # a float mask, not a boolean one
+
+
+CORE_MODULES = ("attention", "basic", "feedforward", "masks", "norm", "pooling", "scores", "softmax")
+
+
+def test_every_public_function_of_the_core_has_a_case():
+    public = set()
+    for module in CORE_MODULES:
+        public |= set(importlib.import_module(f"named_transformer.{module}").__all__)
+    missing = public - set(CASES) - {"causal_mask"}  # causal_mask takes sizes, no tensors
+    assert not missing, f"no wrong-shape test for {sorted(missing)}"
