@@ -60,6 +60,7 @@ AXES: dict[str, Axis] = {
 
 _F = TypeVar("_F", bound=Callable)
 
+# --8<-- [start:checked]
 # PEP 484's numeric tower: an int is accepted where a float is annotated (beta=2, eps=0).
 _typechecker = beartype(conf=BeartypeConf(is_pep484_tower=True))
 
@@ -72,6 +73,7 @@ def checked(fn: _F) -> _F:
     a decorated class checks nothing. Honours :func:`shape_checks` at call time.
     """
     return jaxtyped(typechecker=_typechecker)(fn)
+# --8<-- [end:checked]
 
 
 def shape_checks_enabled() -> bool:
@@ -87,6 +89,7 @@ def _restore(previous: bool) -> Iterator[None]:
         jaxtyping.config.update("jaxtyping_disable", not previous)
 
 
+# --8<-- [start:shape_checks]
 def shape_checks(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Turn runtime shape checking on or off.
 
@@ -101,3 +104,4 @@ def shape_checks(enabled: bool) -> contextlib.AbstractContextManager[None]:
     previous = shape_checks_enabled()
     jaxtyping.config.update("jaxtyping_disable", not enabled)
     return _restore(previous)
+# --8<-- [end:shape_checks]
