@@ -1,0 +1,312 @@
+r"""The training loop: AdamW, the paper's warm-up schedule, label smoothing, clipping, checkpoints.
+
+The learning rate follows the paper's §5.3 ("Noam") schedule, linear warm-up then decay
+with the inverse square root of the step $s$ (counted from 1):
+
+$$\text{lr}(s) = \text{factor} \cdot |\mathsf{layer}|^{-1/2} \cdot \min\left(s^{-1/2},\;
+  s \cdot \text{warmup}^{-3/2}\right).$$
+
+The loss is the cross-entropy with label smoothing $\epsilon_{ls} = 0.1$ (paper §5.4),
+summed over the target tokens that are not padding and divided by their number.
+
+**Exact resumption.** The batch of step $s$ is drawn from a generator seeded by
+$(\text{seed}, s)$, so it does not depend on what ran before; a checkpoint stores the
+weights, the config, the optimizer, the scheduler, the step and the random-number state
+(dropout), so an interrupted and resumed run ends with the same weights as an
+uninterrupted one (a test checks it).
+
+**Several processes.** Under ``torchrun --nproc_per_node=N`` (gloo on CPU,
+``OMP_NUM_THREADS=1`` per rank) the model is wrapped in ``DistributedDataParallel`` and
+rank $r$ takes rows $r, r+N, \dots$ of the same global batch. Each rank's summed loss is
+divided by the number of target tokens in the *global* batch and multiplied by $N$, so
+DDP's gradient average equals the gradient of the single-process loss on that batch.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from einops import rearrange
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "init_distributed",
+    "noam_rate",
+    "smoothed_cross_entropy",
+]
+
+
+# --8<-- [start:noam_rate]
+def noam_rate(step: int, layer: int, warmup: int, factor: float = 1.0) -> float:
+    r"""$\text{factor} \cdot |\mathsf{layer}|^{-1/2} \min(s^{-1/2}, s \cdot \text{warmup}^{-3/2})$, $s \ge 1$."""
+    if step < 1 or warmup < 1 or layer < 1:
+        raise ValueError(f"need step, warmup, layer >= 1, got {step}, {warmup}, {layer}")
+    return factor * layer**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+# --8<-- [end:noam_rate]
+
+
+# --8<-- [start:smoothed_cross_entropy]
+@checked
+def smoothed_cross_entropy(
+    log_probs: Float[Tensor, "*batch vocab"],
+    targets: Int[Tensor, "*batch"],
+    ignore: int,
+    smoothing: float = 0.1,
+) -> tuple[Float[Tensor, ""], Int[Tensor, ""]]:
+    r"""Summed label-smoothed cross-entropy over targets $\ne$ ``ignore``, and their count.
+
+    The target distribution puts $1-\epsilon$ on the right token and spreads $\epsilon$
+    uniformly over the vocabulary (PyTorch's ``label_smoothing``); ``log_probs`` may be
+    log-probabilities or logits (a log-softmax of log-probabilities changes nothing).
+    """
+    flat = rearrange(log_probs, "... vocab -> (...) vocab")
+    flat_targets = rearrange(targets, "... -> (...)")
+    loss = F.cross_entropy(flat, flat_targets, ignore_index=ignore, label_smoothing=smoothing, reduction="sum")
+    return loss, (flat_targets != ignore).sum()
+
+
+# --8<-- [end:smoothed_cross_entropy]
+
+
+@dataclass
+class TrainConfig:
+    """How to train. Defaults: the paper's AdamW betas/eps, warm-up, label smoothing."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    layer: int = 64  # |layer| in the schedule
+    warmup: int = 400
+    factor: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    eval_every: int = 0  # 0: evaluate only at the end
+    checkpoint_every: int = 0  # 0: checkpoint only at the end (when a directory is given)
+    log_every: int = 10
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        for name in ("steps", "batch_size", "layer", "warmup"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+@dataclass
+class Record:
+    """One logged step: training loss per token, learning rate, throughput, evaluation."""
+
+    step: int
+    loss: float
+    lr: float
+    tokens_per_second: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def init_distributed() -> tuple[int, int]:
+    """Join the process group when run under ``torchrun`` (gloo); return (rank, world size)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo")
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError as error:
+        raise ImportError(
+            "the progress bar needs tqdm, which is in the `train` extra: "
+            "pip install 'named_transformer[train]' (or pass progress=False)"
+        ) from error
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+
+LossFunction = Callable[[nn.Module, Any], tuple[Tensor, Tensor]]
+
+
+# --8<-- [start:Trainer]
+class Trainer:
+    """Train ``model`` on ``data`` with AdamW and the Noam schedule.
+
+    Args:
+        model: any ``nn.Module``.
+        data: the training examples; the batch of step ``s`` is ``collate`` applied to
+            ``batch_size`` of them drawn with a generator seeded by ``(seed, s)``.
+        collate: turns a list of examples into a batch (with a ``.to(device)``, or any
+            object ``loss`` understands).
+        loss: ``loss(model, batch) -> (summed loss, number of target tokens)``.
+        config: a :class:`TrainConfig`.
+        evaluate: ``evaluate(model) -> {name: value}``, run every ``eval_every`` steps and
+            at the end, in eval mode, without gradients, leaving the random state as it was.
+        directory: where ``checkpoint.pt`` is written (rank 0 only).
+        meta: anything JSON-like saved in the checkpoint (the model config, vocabulary …).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: Sequence[Any],
+        collate: Callable[[list[Any]], Any],
+        loss: LossFunction,
+        config: TrainConfig,
+        evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+        directory: str | Path | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        if not data:
+            raise ValueError("Trainer needs at least one training example")
+        self.rank, self.world = init_distributed()
+        if config.batch_size % self.world:
+            raise ValueError(f"batch_size={config.batch_size} must be divisible by the {self.world} processes")
+        self.model = model
+        self.data, self.collate, self.loss, self.config = data, collate, loss, config
+        self.evaluate, self.meta = evaluate, dict(meta or {})
+        self.directory = None if directory is None else Path(directory)
+        self.parallel: nn.Module = model
+        if self.world > 1:
+            self.parallel = nn.parallel.DistributedDataParallel(model)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=1.0,  # the schedule gives the whole rate
+            betas=config.betas,
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: noam_rate(s + 1, config.layer, config.warmup, config.factor),
+        )
+        self.step = 0
+        self.history: list[Record] = []
+
+    def batch_indices(self, step: int) -> list[int]:
+        """The global batch of ``step``: a function of (seed, step) only."""
+        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
+        return torch.randint(len(self.data), (self.config.batch_size,), generator=generator).tolist()
+
+    def _run_evaluation(self) -> dict[str, float]:
+        if self.evaluate is None:
+            return {}
+        state = torch.get_rng_state(), random.getstate()
+        self.model.eval()
+        with torch.no_grad():
+            metrics = self.evaluate(self.model)
+        self.model.train()
+        torch.set_rng_state(state[0])
+        random.setstate(state[1])
+        return metrics
+
+    def train_step(self) -> tuple[float, int]:
+        """One optimizer step on the global batch of ``self.step``; returns (loss/token, tokens)."""
+        indices = self.batch_indices(self.step)[self.rank :: self.world]
+        batch = self.collate([self.data[i] for i in indices])
+        self.model.train()
+        total, count = self.loss(self.parallel, batch)
+        stats = torch.tensor([total.item(), count.item()], dtype=torch.float64)
+        if self.world > 1:
+            dist.all_reduce(stats)
+        tokens = max(int(stats[1]), 1)
+        (total * self.world / tokens).backward()
+        if self.config.clip_norm > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        return float(stats[0]) / tokens, tokens
+
+    def fit(self, until: int | None = None) -> list[Record]:
+        """Train up to step ``until`` (default ``config.steps``); return the history."""
+        config = self.config
+        until = config.steps if until is None else min(until, config.steps)
+        bar = _progress_bar(config.steps, self.step, config.progress and self.rank == 0)
+        seen_tokens, started = 0, time.perf_counter()
+        while self.step < until:
+            lr = self.scheduler.get_last_lr()[0]
+            loss, tokens = self.train_step()
+            seen_tokens += tokens
+            rate = seen_tokens / max(time.perf_counter() - started, 1e-9)
+            evaluate_now = self.step == config.steps or (config.eval_every and self.step % config.eval_every == 0)
+            metrics = self._run_evaluation() if evaluate_now else {}
+            if metrics or self.step % config.log_every == 0 or self.step == 1:
+                self.history.append(Record(self.step, loss, lr, rate, metrics))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", **{
+                    k: f"{v:.3g}" for k, v in metrics.items()
+                })  # fmt: skip
+            if self.directory is not None and (
+                self.step == until or (config.checkpoint_every and self.step % config.checkpoint_every == 0)
+            ):
+                self.save(self.directory / "checkpoint.pt")
+        if bar is not None:
+            bar.close()
+        return self.history
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "train_config": asdict(self.config),
+            "meta": self.meta,
+            "history": [asdict(r) for r in self.history],
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to ``path`` (rank 0 only), atomically."""
+        if self.rank != 0:
+            return
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        torch.save(self.state_dict(), temporary)
+        os.replace(temporary, path)
+
+    def load(self, path: str | Path) -> None:
+        """Restore weights, optimizer, scheduler, step, history and random state from ``path``."""
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
+        self.history = [Record(**r) for r in state["history"]]
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+
+
+# --8<-- [end:Trainer]
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by :meth:`Trainer.save` (weights, configs, meta, history)."""
+    return torch.load(path, map_location="cpu", weights_only=False)
