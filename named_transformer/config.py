@@ -1,0 +1,79 @@
+r"""The Transformer's hyperparameters, with the paper's base model as the named default.
+
+Vaswani et al. (2017), Table 3, "base": $N = 6$ encoder and 6 decoder layers,
+$d_{\text{model}} = |\mathsf{layer}| = 512$, $h = |\mathsf{heads}| = 8$,
+$d_{ff} = |\mathsf{hidden}| = 2048$, $P_{drop} = 0.1$, so
+$|\mathsf{key}| = |\mathsf{val}| = 64$. "big": 1024 wide, 16 heads, hidden 4096, dropout 0.3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["TransformerConfig"]
+
+
+# --8<-- [start:TransformerConfig]
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and choices of a Transformer; validated on construction (ValueError)."""
+
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    layer: int = 512
+    heads: int = 8
+    hidden: int = 2048
+    dropout: float = 0.1
+    activation: Literal["relu", "gelu"] = "relu"
+    norm_first: bool = False  # post-norm, as the paper; True = pre-norm
+    final_norm: bool | None = None  # a LayerNorm after each stack; None = same as norm_first
+    eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("encoder_layers", "decoder_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("layer", "heads", "hidden"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.layer % self.heads != 0:
+            raise ValueError(
+                f"layer={self.layer} is not divisible by heads={self.heads} "
+                "(each head is layer/heads wide)"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
+        if self.eps <= 0:
+            raise ValueError(f"eps must be positive, got {self.eps}")
+
+    @classmethod
+    def base(cls) -> TransformerConfig:
+        """The paper's base model (the defaults)."""
+        return cls()
+
+    @classmethod
+    def big(cls) -> TransformerConfig:
+        """The paper's big model."""
+        return cls(layer=1024, heads=16, hidden=4096, dropout=0.3)
+
+    @property
+    def key(self) -> int:
+        """Width of one head, |layer| / |heads|."""
+        return self.layer // self.heads
+
+    @property
+    def has_final_norm(self) -> bool:
+        return self.norm_first if self.final_norm is None else self.final_norm
+
+    def layer_options(self) -> dict:
+        """Keyword arguments for one encoder or decoder layer."""
+        return {
+            "dropout": self.dropout,
+            "activation": self.activation,
+            "norm_first": self.norm_first,
+            "eps": self.eps,
+        }
+# --8<-- [end:TransformerConfig]

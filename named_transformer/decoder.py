@@ -1,0 +1,155 @@
+r"""The decoder: masked self-attention, cross-attention over the memory, feed-forward.
+
+Each decoder layer has three residual sublayers (post-norm shown):
+
+$$T_1 = \text{LayerNorm}(\text{SelfAtt}(Y, M_{\text{causal}}) + Y), \quad
+  T_2 = \text{LayerNorm}(\text{CrossAtt}(T_1, H) + T_1), \quad
+  Y' = \text{LayerNorm}(\text{FFN}(T_2) + T_2).$$
+
+*Self*-attention takes queries, keys and values from the target sequence $Y$ itself, under
+the causal mask (query position $j$ may attend key position $i$ iff $i \le j$), so a
+prediction never sees later target tokens. *Cross*-attention takes its queries from the
+decoder and its keys and values from the memory $H$, the encoder output: every target
+position may look at every (non-padded) source position.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from jaxtyping import Bool, Float
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.multihead import MultiHeadAttention
+from named_transformer.parameters import CountsParameters
+from named_transformer.sublayers import FeedForward, LayerNorm, Residual
+
+__all__ = ["Decoder", "DecoderLayer"]
+
+
+# --8<-- [start:DecoderLayer]
+class DecoderLayer(CountsParameters, nn.Module):
+    r"""Masked self-attention, cross-attention over the memory, feed-forward.
+
+    ``memory`` is the width of the encoder output (default ``layer``).
+    """
+
+    def __init__(
+        self,
+        layer: int = 512,
+        heads: int = 8,
+        hidden: int = 2048,
+        *,
+        memory: int | None = None,
+        dropout: float = 0.1,
+        activation: Literal["relu", "gelu"] = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout)
+        self.cross_attention = MultiHeadAttention(
+            layer, heads, memory=memory, dropout=dropout
+        )
+        self.feed_forward = FeedForward(layer, hidden, activation=activation, dropout=dropout)
+        options = {"dropout": dropout, "norm_first": norm_first, "eps": eps}
+        self.self_attention_residual = Residual(layer, **options)
+        self.cross_attention_residual = Residual(layer, **options)
+        self.feed_forward_residual = Residual(layer, **options)
+
+    @checked
+    def forward(
+        self,
+        inputs: Float[Tensor, "*batch seq_q layer"],
+        memory: Float[Tensor, "*batch seq memory"],
+        mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
+        memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq_q layer"]
+        | tuple[
+            Float[Tensor, "*batch seq_q layer"],
+            Float[Tensor, "*batch heads seq_q seq_q"],
+            Float[Tensor, "*batch heads seq_q seq"],
+        ]
+    ):
+        """``mask`` over target positions (pass a causal mask), ``memory_mask`` over source.
+
+        Returns the output, or (output, self-attention weights, cross-attention weights).
+        """
+        found: list[Tensor] = []
+
+        def self_attend(x: Tensor) -> Tensor:
+            outputs, weights = self.self_attention(x, mask=mask, need_weights=True)
+            found.append(weights)
+            return outputs
+
+        def cross_attend(x: Tensor) -> Tensor:
+            outputs, weights = self.cross_attention(x, memory, memory_mask, need_weights=True)
+            found.append(weights)
+            return outputs
+
+        hidden = self.self_attention_residual(inputs, self_attend)
+        hidden = self.cross_attention_residual(hidden, cross_attend)
+        outputs = self.feed_forward_residual(hidden, self.feed_forward)
+        return (outputs, found[0], found[1]) if need_weights else outputs
+# --8<-- [end:DecoderLayer]
+
+
+# --8<-- [start:Decoder]
+class Decoder(CountsParameters, nn.Module):
+    r"""A stack of decoder layers sharing one memory, optionally with a final LayerNorm."""
+
+    def __init__(
+        self, layers: list[DecoderLayer] | nn.ModuleList, norm: LayerNorm | None = None
+    ) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+    @classmethod
+    def build(
+        cls,
+        num_layers: int = 6,
+        layer: int = 512,
+        heads: int = 8,
+        hidden: int = 2048,
+        *,
+        final_norm: bool = False,
+        eps: float = 1e-5,
+        **options,
+    ) -> Decoder:
+        """``num_layers`` fresh :class:`DecoderLayer` (``options`` go to each layer)."""
+        if num_layers < 1:
+            raise ValueError(f"a decoder needs at least one layer, got num_layers={num_layers}")
+        layers = [DecoderLayer(layer, heads, hidden, eps=eps, **options) for _ in range(num_layers)]
+        return cls(layers, LayerNorm(layer, eps) if final_norm else None)
+
+    @checked
+    def forward(
+        self,
+        inputs: Float[Tensor, "*batch seq_q layer"],
+        memory: Float[Tensor, "*batch seq memory"],
+        mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
+        memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq_q layer"]
+        | tuple[
+            Float[Tensor, "*batch seq_q layer"],
+            list[Float[Tensor, "*batch heads seq_q seq_q"]],
+            list[Float[Tensor, "*batch heads seq_q seq"]],
+        ]
+    ):
+        """Returns the output, or (output, self weights per layer, cross weights per layer)."""
+        self_weights, cross_weights = [], []
+        hidden = inputs
+        for decoder_layer in self.layers:
+            hidden, own, cross = decoder_layer(hidden, memory, mask, memory_mask, need_weights=True)
+            self_weights.append(own)
+            cross_weights.append(cross)
+        if self.norm is not None:
+            hidden = self.norm(hidden)
+        return (hidden, self_weights, cross_weights) if need_weights else hidden
+# --8<-- [end:Decoder]

@@ -1,0 +1,107 @@
+r"""Token embeddings and positional encodings: what goes into the first layer.
+
+A token $t$ is a one-hot vector $I \in \{0,1\}^{\mathsf{vocab}}$; its embedding is a row of
+$E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, scaled by $\sqrt{|\mathsf{layer}|}$
+(paper A.1):
+
+$$W = (E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}, \qquad X^0 = W + P.$$
+
+Contracting with a one-hot vector is indexing, so the code looks the row up
+(``table[tokens]``) instead of building $I$. The output layer may reuse $E$ (*tied*
+embeddings): $\nfun{vocab}{softmax}(E \ndot{layer} X^L)$, see
+:mod:`named_transformer.generator`.
+
+$P$ is the fixed sinusoidal table (:func:`named_transformer.positions.sinusoidal_positions`)
+or a learned table with one row per position (BERT, GPT-2), which cannot go beyond the
+longest position it was built for. Dropout follows the sum, as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.positions import sinusoidal_positions
+
+__all__ = ["LearnedPositions", "SinusoidalPositions", "TokenEmbedding", "embed"]
+
+
+# --8<-- [start:embed]
+@checked
+def embed(
+    tokens: Int[Tensor, "*batch seq"],
+    table: Float[Tensor, "vocab layer"],
+) -> Float[Tensor, "*batch seq layer"]:
+    r"""$(E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}$, computed as a row lookup."""
+    return table[tokens] * math.sqrt(table.shape[-1])
+# --8<-- [end:embed]
+
+
+# --8<-- [start:TokenEmbedding]
+class TokenEmbedding(nn.Module):
+    r"""$E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, its rows scaled by $\sqrt{d}$.
+
+    Initialised $\mathcal N(0, 1/|\mathsf{layer}|)$: after scaling, unit variance.
+    """
+
+    def __init__(self, vocab: int, layer: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(vocab, layer) / math.sqrt(layer))
+
+    @checked
+    def forward(self, tokens: Int[Tensor, "*batch seq"]) -> Float[Tensor, "*batch seq layer"]:
+        return embed(tokens, self.table)
+# --8<-- [end:TokenEmbedding]
+
+
+# --8<-- [start:SinusoidalPositions]
+class SinusoidalPositions(nn.Module):
+    r"""$X^0 = X + P$ with the fixed sinusoidal $P$, then dropout. No parameters.
+
+    The table is computed on the fly in the inputs' dtype and on their device, for
+    positions ``offset`` … ``offset + |seq| - 1`` (``offset`` = cache length when decoding
+    step by step).
+    """
+
+    def __init__(self, layer: int, *, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.layer, self.dropout = layer, dropout
+
+    @checked
+    def forward(
+        self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
+    ) -> Float[Tensor, "*batch seq layer"]:
+        seq, layer = inputs.shape[-2], inputs.shape[-1]
+        positions = sinusoidal_positions(
+            seq, layer, offset=offset, dtype=inputs.dtype, device=inputs.device
+        )
+        return F.dropout(inputs + positions, self.dropout, self.training)
+# --8<-- [end:SinusoidalPositions]
+
+
+# --8<-- [start:LearnedPositions]
+class LearnedPositions(nn.Module):
+    r"""$X^0 = X + P$ with a learned $P$ (one row per position, ``max_positions`` rows), dropout."""
+
+    def __init__(self, max_positions: int, layer: int, *, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dropout = dropout
+        self.table = nn.Parameter(torch.randn(max_positions, layer) * 0.02)  # GPT-2's scale
+
+    @checked
+    def forward(
+        self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
+    ) -> Float[Tensor, "*batch seq layer"]:
+        seq = inputs.shape[-2]
+        if offset + seq > self.table.shape[0]:
+            raise ValueError(
+                f"positions up to {offset + seq - 1} requested, but the learned table has "
+                f"{self.table.shape[0]} rows (max_positions)"
+            )
+        return F.dropout(inputs + self.table[offset : offset + seq], self.dropout, self.training)
+# --8<-- [end:LearnedPositions]

@@ -1,0 +1,130 @@
+r"""The encoder: N identical layers of self-attention and feed-forward (paper A.1).
+
+Each layer is two residual sublayers (post-norm shown; see :mod:`named_transformer.sublayers`):
+
+$$T = \text{LayerNorm}(\text{SelfAtt}(X) + X), \qquad
+  X' = \text{LayerNorm}(\text{FFN}(T) + T).$$
+
+Self-attention lets every position attend every (unmasked) position of the same
+sequence: queries, keys and values all come from $X$. The stack may end with a final
+LayerNorm, as PyTorch's ``nn.Transformer`` does (needed with pre-norm).
+
+With a causal mask the same layer is the block of a decoder-only language model (GPT): a
+"decoder layer" without cross-attention.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from jaxtyping import Bool, Float
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.multihead import MultiHeadAttention
+from named_transformer.parameters import CountsParameters
+from named_transformer.sublayers import FeedForward, LayerNorm, Residual
+
+__all__ = ["Encoder", "EncoderLayer"]
+
+
+# --8<-- [start:EncoderLayer]
+class EncoderLayer(CountsParameters, nn.Module):
+    r"""Self-attention then feed-forward, each in a residual sublayer.
+
+    Defaults are the paper's base layer (512 wide, 8 heads, hidden 2048, dropout 0.1,
+    ReLU, post-norm).
+    """
+
+    def __init__(
+        self,
+        layer: int = 512,
+        heads: int = 8,
+        hidden: int = 2048,
+        *,
+        dropout: float = 0.1,
+        activation: Literal["relu", "gelu"] = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout)
+        self.feed_forward = FeedForward(layer, hidden, activation=activation, dropout=dropout)
+        self.attention_residual = Residual(layer, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.feed_forward_residual = Residual(
+            layer, dropout=dropout, norm_first=norm_first, eps=eps
+        )
+
+    @checked
+    def forward(
+        self,
+        inputs: Float[Tensor, "*batch seq layer"],
+        mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq layer"]
+        | tuple[Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"]]
+    ):
+        """``mask``: True where query position (row) may attend key position (column)."""
+        found: list[Tensor] = []
+
+        def self_attend(x: Tensor) -> Tensor:
+            outputs, weights = self.self_attention(x, mask=mask, need_weights=True)
+            found.append(weights)
+            return outputs
+
+        hidden = self.attention_residual(inputs, self_attend)
+        outputs = self.feed_forward_residual(hidden, self.feed_forward)
+        return (outputs, found[0]) if need_weights else outputs
+# --8<-- [end:EncoderLayer]
+
+
+# --8<-- [start:Encoder]
+class Encoder(CountsParameters, nn.Module):
+    r"""A stack of encoder layers, optionally followed by a final LayerNorm."""
+
+    def __init__(
+        self, layers: list[EncoderLayer] | nn.ModuleList, norm: LayerNorm | None = None
+    ) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+    @classmethod
+    def build(
+        cls,
+        num_layers: int = 6,
+        layer: int = 512,
+        heads: int = 8,
+        hidden: int = 2048,
+        *,
+        final_norm: bool = False,
+        eps: float = 1e-5,
+        **options,
+    ) -> Encoder:
+        """``num_layers`` fresh :class:`EncoderLayer` (``options`` go to each layer)."""
+        if num_layers < 1:
+            raise ValueError(f"an encoder needs at least one layer, got num_layers={num_layers}")
+        layers = [EncoderLayer(layer, heads, hidden, eps=eps, **options) for _ in range(num_layers)]
+        return cls(layers, LayerNorm(layer, eps) if final_norm else None)
+
+    @checked
+    def forward(
+        self,
+        inputs: Float[Tensor, "*batch seq layer"],
+        mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq layer"]
+        | tuple[Float[Tensor, "*batch seq layer"], list[Float[Tensor, "*batch heads seq seq"]]]
+    ):
+        """Returns the output, or (output, one weights tensor per layer) when ``need_weights``."""
+        weights = []
+        hidden = inputs
+        for encoder_layer in self.layers:
+            hidden, layer_weights = encoder_layer(hidden, mask, need_weights=True)
+            weights.append(layer_weights)
+        if self.norm is not None:
+            hidden = self.norm(hidden)
+        return (hidden, weights) if need_weights else hidden
+# --8<-- [end:Encoder]

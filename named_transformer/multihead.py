@@ -1,0 +1,257 @@
+r"""Multi-head attention with named weights (the named tensor paper, Appendix A.1).
+
+Each head projects the inputs with its own slice of named weight tensors,
+$W^Q, W^K \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{key}}$,
+$W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{val}}$, attends, and
+$W^O \in \mathbb R^{\mathsf{heads} \times \mathsf{val} \times \mathsf{layer}}$ contracts the
+heads and their values back to the model width:
+
+$$Q = W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}, \quad K = W^K \ndot{layer} X, \quad
+  V = W^V \ndot{layer} X,$$
+$$Y = W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)_{\mathsf{seq'}\to\mathsf{seq}}.$$
+
+Attention never names $\mathsf{heads}$, so it is *lifted* over it: no loop over heads.
+In cross-attention the keys and values come from a memory (the encoder output) whose width
+may differ from $\mathsf{layer}$ (seed 04's ``d_input``, PyTorch's ``kdim``/``vdim``):
+$W^K, W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{memory} \times \mathsf{key}}$.
+
+The paper's heads are *narrow*,
+$|\mathsf{key}| = |\mathsf{val}| = |\mathsf{layer}|/|\mathsf{heads}|$, so
+$4|\mathsf{layer}|^2$ weights whatever the number of heads; seed 01's heads are *wide*,
+each of full width $|\mathsf{key}| = |\mathsf{layer}|$ and $W \in \mathbb R^{d \times hd}$.
+Seed 04 stacks all projections into one tall matrix $W_{qkv}$; :func:`stacked_projection`
+shows that this is the same computation (and it is PyTorch's ``in_proj_weight`` layout).
+
+Masks are boolean, True = may attend. **`torch.nn.MultiheadAttention` reads a boolean mask
+the other way round**: pass ``~attn_mask`` (and ``~key_padding_mask``) here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange
+from jaxtyping import Bool, Float
+from torch import Tensor, nn
+
+from named_transformer.attention import attend, attention_weights
+from named_transformer.axes import checked
+from named_transformer.parameters import CountsParameters
+
+__all__ = [
+    "MultiHeadAttention",
+    "attend_heads",
+    "multihead_attention",
+    "project_heads",
+    "stack_qkv",
+    "stacked_projection",
+]
+
+
+# --8<-- [start:project_heads]
+@checked
+def project_heads(
+    inputs: Float[Tensor, "*batch seq layer"],
+    weight: Float[Tensor, "heads layer key"],
+    bias: Float[Tensor, "heads key"] | None = None,
+) -> Float[Tensor, "*batch heads seq key"]:
+    r"""$W \ndot{layer} X (+ b)$: one projection per head, all heads in one contraction.
+
+    The same equation gives queries, keys and values: the names bound here are local to
+    the call ($\mathsf{seq}$ may be $\mathsf{seq'}$, $\mathsf{layer}$ may be
+    $\mathsf{memory}$, $\mathsf{key}$ may be $\mathsf{val}$).
+    """
+    projected = einsum(inputs, weight, "... seq layer, heads layer key -> ... heads seq key")
+    if bias is not None:
+        projected = projected + rearrange(bias, "heads key -> heads 1 key")
+    return projected
+# --8<-- [end:project_heads]
+
+
+# --8<-- [start:attend_heads]
+@checked
+def attend_heads(
+    queries: Float[Tensor, "*batch heads seq_q key"],
+    keys: Float[Tensor, "*#batch heads seq key"],
+    values: Float[Tensor, "*#batch heads seq val"],
+    w_o: Float[Tensor, "heads val layer"],
+    b_o: Float[Tensor, " layer"] | None = None,
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]:
+    r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)$ from already projected heads.
+
+    Keys and values are arguments of their own, so they may come from a cache of earlier
+    steps (cached decoding) rather than from the same call as the queries. Returns the
+    output and the attention weights (before dropout), one distribution per head and
+    query. ``dropout`` drops attention weights, as in PyTorch.
+    """
+    if mask is not None:
+        mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
+    weights = attention_weights(queries, keys, mask)
+    dropped = F.dropout(weights, dropout, training) if dropout > 0.0 else weights
+    heads_out = attend(dropped, values)
+    outputs = einsum(heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer")
+    if b_o is not None:
+        outputs = outputs + b_o
+    return outputs, weights
+# --8<-- [end:attend_heads]
+
+
+# --8<-- [start:multihead_attention]
+@checked
+def multihead_attention(
+    inputs: Float[Tensor, "*batch seq_q layer"],
+    memory: Float[Tensor, "*batch seq memory"],
+    w_q: Float[Tensor, "heads layer key"],
+    w_k: Float[Tensor, "heads memory key"],
+    w_v: Float[Tensor, "heads memory val"],
+    w_o: Float[Tensor, "heads val layer"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    b_q: Float[Tensor, "heads key"] | None = None,
+    b_k: Float[Tensor, "heads key"] | None = None,
+    b_v: Float[Tensor, "heads val"] | None = None,
+    b_o: Float[Tensor, " layer"] | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]:
+    r"""$W^O \ndot{heads, val} \text{Attention}(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
+    W^K \ndot{memory} X_m, W^V \ndot{memory} X_m, M)$.
+
+    Self-attention passes the inputs as the memory ($\mathsf{memory} = \mathsf{layer}$);
+    cross-attention passes the encoder output. Returns (output, weights).
+    """
+    queries = project_heads(inputs, w_q, b_q)
+    keys = project_heads(memory, w_k, b_k)
+    values = project_heads(memory, w_v, b_v)
+    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training)
+# --8<-- [end:multihead_attention]
+
+
+# --8<-- [start:stacked_projection]
+@checked
+def stack_qkv(
+    w_q: Float[Tensor, "heads layer key"],
+    w_k: Float[Tensor, "heads layer key"],
+    w_v: Float[Tensor, "heads layer key"],
+) -> Float[Tensor, "qkv layer"]:
+    r"""Seed 04's tall matrix: $W_{qkv}$ stacks $W_q^1 \dots W_q^h, W_k^1 \dots, W_v^1 \dots$.
+
+    This is exactly PyTorch's ``in_proj_weight`` ($3hd \times d$).
+    """
+    return rearrange([w_q, w_k, w_v], "three heads layer key -> (three heads key) layer")
+
+
+@checked
+def stacked_projection(
+    inputs: Float[Tensor, "*batch seq layer"],
+    w_qkv: Float[Tensor, "qkv layer"],
+    heads: int,
+) -> tuple[
+    Float[Tensor, "*batch heads seq key"],
+    Float[Tensor, "*batch heads seq key"],
+    Float[Tensor, "*batch heads seq key"],
+]:
+    r"""$[q; k; v] = W_{qkv} \ndot{layer} x$ in one product, then split into heads.
+
+    Equal to three calls of :func:`project_heads` (a test checks it): stacking only
+    changes how the same numbers are laid out in memory.
+    """
+    projected = einsum(inputs, w_qkv, "... seq layer, qkv layer -> ... seq qkv")
+    q, k, v = rearrange(
+        projected, "... seq (three heads key) -> three ... heads seq key", three=3, heads=heads
+    )
+    return q, k, v
+# --8<-- [end:stacked_projection]
+
+
+def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
+    """Glorot/Xavier uniform on the flattened (fan_out × fan_in) matrix, as PyTorch's MHA."""
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
+
+
+# --8<-- [start:MultiHeadAttention]
+class MultiHeadAttention(CountsParameters, nn.Module):
+    r"""Multi-head attention holding $W^Q, W^K, W^V, W^O$ as named parameters.
+
+    Args:
+        layer: model width $|\mathsf{layer}|$ of the queries and of the output.
+        heads: number of heads $|\mathsf{heads}|$.
+        memory: width of the keys' and values' source (cross-attention); default ``layer``.
+        key, val: widths of one head; default $|\mathsf{layer}|/|\mathsf{heads}|$ (narrow,
+            the paper) or $|\mathsf{layer}|$ when ``wide=True`` (seed 01).
+        bias: learn $b^Q, b^K, b^V \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$ and
+            $b^O \in \mathbb R^{\mathsf{layer}}$ (PyTorch's default).
+        dropout: probability of dropping an attention weight while training.
+    """
+
+    def __init__(
+        self,
+        layer: int,
+        heads: int,
+        *,
+        memory: int | None = None,
+        key: int | None = None,
+        val: int | None = None,
+        wide: bool = False,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if layer <= 0 or heads <= 0:
+            raise ValueError(f"layer and heads must be positive, got layer={layer}, heads={heads}")
+        if key is None:
+            if wide:
+                key = layer
+            elif layer % heads != 0:
+                raise ValueError(
+                    f"layer={layer} is not divisible by heads={heads}: narrow heads need "
+                    "|key| = |layer|/|heads|; pass key=..., or wide=True for full-width heads"
+                )
+            else:
+                key = layer // heads
+        val = key if val is None else val
+        memory = layer if memory is None else memory
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.layer, self.heads, self.memory, self.key, self.val = layer, heads, memory, key, val
+        self.dropout = dropout
+        self.w_q = _uniform(heads, layer, key, fan_in=layer, fan_out=heads * key)
+        self.w_k = _uniform(heads, memory, key, fan_in=memory, fan_out=heads * key)
+        self.w_v = _uniform(heads, memory, val, fan_in=memory, fan_out=heads * val)
+        self.w_o = _uniform(heads, val, layer, fan_in=heads * val, fan_out=layer)
+        if bias:
+            self.b_q = nn.Parameter(torch.zeros(heads, key))
+            self.b_k = nn.Parameter(torch.zeros(heads, key))
+            self.b_v = nn.Parameter(torch.zeros(heads, val))
+            self.b_o = nn.Parameter(torch.zeros(layer))
+        else:
+            for name in ("b_q", "b_k", "b_v", "b_o"):
+                self.register_parameter(name, None)
+
+    @checked
+    def forward(
+        self,
+        inputs: Float[Tensor, "*batch seq_q layer"],
+        memory: Float[Tensor, "*batch seq memory"] | None = None,
+        mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq_q layer"]
+        | tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]
+    ):
+        """Self-attention when ``memory`` is None, else cross-attention over ``memory``.
+
+        Returns the output, or (output, per-head weights) when ``need_weights``.
+        """
+        memory = inputs if memory is None else memory
+        outputs, weights = multihead_attention(
+            inputs, memory, self.w_q, self.w_k, self.w_v, self.w_o, mask,
+            self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training,
+        )  # fmt: skip
+        return (outputs, weights) if need_weights else outputs
+# --8<-- [end:MultiHeadAttention]

@@ -1,0 +1,120 @@
+r"""The pieces around attention: LayerNorm, the feed-forward network, the residual sublayer.
+
+Every sublayer $f$ of the Transformer (self-attention, cross-attention, feed-forward) sits
+in a residual connection with a LayerNorm. The paper (and seeds 02, 04, 05) normalises
+*after* the sum, **post-norm**:
+
+$$X' = \text{LayerNorm}(X + \text{Dropout}(f(X))).$$
+
+The Annotated Transformer, GPT-2 and most models since normalise *before* the sublayer,
+**pre-norm**, leaving an identity path from input to output:
+
+$$X' = X + \text{Dropout}(f(\text{LayerNorm}(X))).$$
+
+The two are not the same function. Post-norm is what the paper trained (with learning-rate
+warm-up); pre-norm trains deep stacks more stably without warm-up (Xiong et al. 2020,
+"On Layer Normalization in the Transformer Architecture") but its output grows with
+depth, so pre-norm stacks add a final LayerNorm (PyTorch's ``nn.Transformer`` always has
+one). Post-norm is the default here; ``norm_first=True`` selects pre-norm, PyTorch's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.feedforward import feed_forward
+from named_transformer.norm import layer_norm
+
+__all__ = ["ACTIVATIONS", "FeedForward", "LayerNorm", "Residual"]
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "gelu": F.gelu}
+"""The feed-forward activations by name: ``relu`` (the paper) and ``gelu`` (BERT, GPT)."""
+
+
+# --8<-- [start:LayerNorm]
+class LayerNorm(nn.Module):
+    r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$ with learned $\gamma, \beta$."""
+
+    def __init__(self, layer: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(layer))
+        self.beta = nn.Parameter(torch.zeros(layer))
+
+    @checked
+    def forward(self, inputs: Float[Tensor, "*batch layer"]) -> Float[Tensor, "*batch layer"]:
+        return layer_norm(inputs, self.gamma, self.beta, self.eps)
+# --8<-- [end:LayerNorm]
+
+
+# --8<-- [start:FeedForward]
+class FeedForward(nn.Module):
+    r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ at every position.
+
+    ``activation`` is ``"relu"`` (paper) or ``"gelu"``. ``dropout`` drops hidden units
+    after the activation, where PyTorch's ``TransformerEncoderLayer`` does.
+    """
+
+    def __init__(
+        self,
+        layer: int,
+        hidden: int,
+        *,
+        activation: Literal["relu", "gelu"] = "relu",
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.activation, self.dropout = activation, dropout
+        bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
+        self.w1 = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
+        self.b1 = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
+        self.w2 = nn.Parameter(torch.empty(layer, hidden).uniform_(-bound2, bound2))
+        self.b2 = nn.Parameter(torch.empty(layer).uniform_(-bound2, bound2))
+
+    def _activate(self, hidden: Tensor) -> Tensor:
+        hidden = ACTIVATIONS[self.activation](hidden)
+        return F.dropout(hidden, self.dropout, self.training) if self.dropout > 0.0 else hidden
+
+    @checked
+    def forward(self, inputs: Float[Tensor, "*batch layer"]) -> Float[Tensor, "*batch layer"]:
+        return feed_forward(inputs, self.w1, self.b1, self.w2, self.b2, self._activate)
+# --8<-- [end:FeedForward]
+
+
+# --8<-- [start:Residual]
+class Residual(nn.Module):
+    r"""A residual sublayer connection with its LayerNorm, post-norm or pre-norm.
+
+    Post-norm (default, the paper): $\text{LayerNorm}(X + \text{Dropout}(f(X)))$.
+    Pre-norm (``norm_first=True``): $X + \text{Dropout}(f(\text{LayerNorm}(X)))$.
+    """
+
+    def __init__(
+        self, layer: int, *, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5
+    ) -> None:
+        super().__init__()
+        self.norm = LayerNorm(layer, eps)
+        self.dropout, self.norm_first = dropout, norm_first
+
+    @checked
+    def forward(
+        self,
+        inputs: Float[Tensor, "*batch seq layer"],
+        sublayer: Callable[[Tensor], Tensor],
+    ) -> Float[Tensor, "*batch seq layer"]:
+        if self.norm_first:
+            return inputs + self._drop(sublayer(self.norm(inputs)))
+        return self.norm(inputs + self._drop(sublayer(inputs)))
+
+    def _drop(self, outputs: Tensor) -> Tensor:
+        return F.dropout(outputs, self.dropout, self.training) if self.dropout > 0.0 else outputs
+# --8<-- [end:Residual]

@@ -1,0 +1,165 @@
+r"""The encoder–decoder Transformer (paper A.1): embeddings, two stacks, a generator.
+
+$$H = \text{Encoder}(\text{Embed}(x) + P), \qquad
+  \log p(y_{j} \mid y_{<j}, x) = \text{Generator}(\text{Decoder}(\text{Embed}(y) + P, H))_j.$$
+
+:class:`EncoderDecoder` is the two stacks alone, on already embedded sequences: the
+counterpart of PyTorch's ``nn.Transformer`` (which has no embeddings and always ends each
+stack with a LayerNorm). :class:`Transformer` adds token embeddings scaled by
+$\sqrt{|\mathsf{layer}|}$, sinusoidal positions, and a generator whose table is tied to
+the target embedding.
+"""
+
+from __future__ import annotations
+
+from jaxtyping import Bool, Float, Int
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.config import TransformerConfig
+from named_transformer.decoder import Decoder
+from named_transformer.embedding import SinusoidalPositions, TokenEmbedding
+from named_transformer.encoder import Encoder
+from named_transformer.generator import Generator
+from named_transformer.masks import causal_mask
+from named_transformer.parameters import CountsParameters
+
+__all__ = ["EncoderDecoder", "Transformer"]
+
+
+# --8<-- [start:EncoderDecoder]
+class EncoderDecoder(CountsParameters, nn.Module):
+    r"""An encoder stack and a decoder stack; the decoder cross-attends the encoder output."""
+
+    def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    @classmethod
+    def build(cls, config: TransformerConfig | None = None) -> EncoderDecoder:
+        """Fresh stacks of the given configuration (default: the paper's base model)."""
+        c = TransformerConfig.base() if config is None else config
+        sizes = (c.layer, c.heads, c.hidden)
+        norm = {"final_norm": c.has_final_norm}
+        options = c.layer_options()
+        return cls(
+            Encoder.build(c.encoder_layers, *sizes, **norm, **options),
+            Decoder.build(c.decoder_layers, *sizes, **norm, **options),
+        )
+
+    @checked
+    def forward(
+        self,
+        source: Float[Tensor, "*batch seq layer"],
+        target: Float[Tensor, "*batch seq_q layer"],
+        source_mask: Bool[Tensor, "*#batch #seq #seq"] | None = None,
+        target_mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
+        memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    ) -> Float[Tensor, "*batch seq_q layer"]:
+        """Masks are True where attention is allowed; ``target_mask`` is usually causal."""
+        memory = self.encoder(source, source_mask)
+        return self.decoder(target, memory, target_mask, memory_mask)
+# --8<-- [end:EncoderDecoder]
+
+
+# --8<-- [start:Transformer]
+class Transformer(CountsParameters, nn.Module):
+    r"""Tokens in, log-probabilities over the target vocabulary out.
+
+    ``config`` defaults to the paper's base model. The generator reuses the target
+    embedding table (``tie_output=True``, paper A.1).
+    """
+
+    def __init__(
+        self,
+        source_vocab: int,
+        target_vocab: int,
+        config: TransformerConfig | None = None,
+        *,
+        tie_output: bool = True,
+    ) -> None:
+        super().__init__()
+        self.config = c = TransformerConfig.base() if config is None else config
+        self.source_embedding = TokenEmbedding(source_vocab, c.layer)
+        self.target_embedding = TokenEmbedding(target_vocab, c.layer)
+        self.positions = SinusoidalPositions(c.layer, dropout=c.dropout)
+        self.stacks = EncoderDecoder.build(c)
+        table = self.target_embedding.table if tie_output else None
+        self.generator = Generator(c.layer, target_vocab, table=table, bias=not tie_output)
+
+    @checked
+    def encode(
+        self,
+        source: Int[Tensor, "*batch seq"],
+        source_mask: Bool[Tensor, "*#batch 1 seq"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq layer"]
+        | tuple[Float[Tensor, "*batch seq layer"], list[Float[Tensor, "*batch heads seq seq"]]]
+    ):
+        """The memory $H$. ``source_mask`` marks real (non-padding) source tokens."""
+        embedded = self.positions(self.source_embedding(source))
+        return self.stacks.encoder(embedded, source_mask, need_weights=need_weights)
+
+    @checked
+    def decode(
+        self,
+        target: Int[Tensor, "*batch seq_q"],
+        memory: Float[Tensor, "*batch seq layer"],
+        source_mask: Bool[Tensor, "*#batch 1 seq"] | None = None,
+        target_mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
+        need_weights: bool = False,
+        offset: int = 0,
+    ) -> (
+        Float[Tensor, "*batch seq_q vocab"]
+        | tuple[
+            Float[Tensor, "*batch seq_q vocab"],
+            list[Float[Tensor, "*batch heads seq_q seq_q"]],
+            list[Float[Tensor, "*batch heads seq_q seq"]],
+        ]
+    ):
+        """Log-probabilities of the next target token at every target position.
+
+        ``target_mask`` defaults to the causal mask. ``offset`` is the position of the
+        first target token (for decoding with a cache of earlier steps).
+        """
+        if target_mask is None:
+            target_mask = causal_mask(target.shape[-1], device=target.device)
+        embedded = self.positions(self.target_embedding(target), offset)
+        decoded = self.stacks.decoder(embedded, memory, target_mask, source_mask, need_weights)
+        if need_weights:
+            hidden, self_weights, cross_weights = decoded
+            return self.generator(hidden), self_weights, cross_weights
+        return self.generator(decoded)
+
+    @checked
+    def forward(
+        self,
+        source: Int[Tensor, "*batch seq"],
+        target: Int[Tensor, "*batch seq_q"],
+        source_mask: Bool[Tensor, "*#batch 1 seq"] | None = None,
+        target_mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq_q vocab"]
+        | tuple[Float[Tensor, "*batch seq_q vocab"], dict[str, list[Tensor]]]
+    ):
+        """Teacher forcing: log-probabilities for every target position at once.
+
+        With ``need_weights``, also a dict of per-layer, per-head weights under
+        ``"encoder"``, ``"decoder_self"`` and ``"decoder_cross"``.
+        """
+        if not need_weights:
+            memory = self.encode(source, source_mask)
+            return self.decode(target, memory, source_mask, target_mask)
+        memory, encoder_weights = self.encode(source, source_mask, need_weights=True)
+        log_probs, self_weights, cross_weights = self.decode(
+            target, memory, source_mask, target_mask, need_weights=True
+        )
+        weights = {
+            "encoder": encoder_weights,
+            "decoder_self": self_weights,
+            "decoder_cross": cross_weights,
+        }
+        return log_probs, weights
+# --8<-- [end:Transformer]

@@ -1,0 +1,246 @@
+"""Multi-head attention: equal to nn.MultiheadAttention, to a per-head loop, to seed 04's W_qkv."""
+
+import math
+
+import pytest
+import torch
+from einops import rearrange
+from jaxtyping import TypeCheckError
+from torch import nn
+
+import named_transformer as nt
+from named_transformer.interop import from_torch, mask_from_torch, to_torch
+from named_transformer.multihead import (
+    MultiHeadAttention,
+    attend_heads,
+    multihead_attention,
+    project_heads,
+    stack_qkv,
+    stacked_projection,
+)
+
+# distinct sizes: batch 2, seq_q 3, seq 5, layer 12, heads 3 (key 4), memory 7
+B, SEQ_Q, SEQ, LAYER, HEADS, MEMORY = 2, 3, 5, 12, 3, 7
+TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 2) + [True] * 2])  # PyTorch: True = pad
+
+
+def torch_pair(dtype, memory=LAYER, **options):
+    theirs = nn.MultiheadAttention(
+        LAYER, HEADS, kdim=memory, vdim=memory, batch_first=True, **options
+    ).to(dtype).eval()
+    return theirs, from_torch(theirs)
+
+
+CASES = {
+    "self": dict(seq_q=SEQ, memory=LAYER, causal=False, padding=False),
+    "self-causal": dict(seq_q=SEQ, memory=LAYER, causal=True, padding=False),
+    "self-causal-padding": dict(seq_q=SEQ, memory=LAYER, causal=True, padding=True),
+    "cross": dict(seq_q=SEQ_Q, memory=LAYER, causal=False, padding=True),
+    "cross-memory-width": dict(seq_q=SEQ_Q, memory=MEMORY, causal=False, padding=True),
+    "cross-causal-offset": dict(seq_q=SEQ_Q, memory=MEMORY, causal=True, padding=False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_equals_torch_multihead_attention(dtype, case):
+    c = CASES[case]
+    theirs, ours = torch_pair(dtype, c["memory"])
+    inputs = torch.randn(B, c["seq_q"], LAYER, dtype=dtype)
+    memory = inputs if c["seq_q"] == SEQ and c["memory"] == LAYER else torch.randn(
+        B, SEQ, c["memory"], dtype=dtype
+    )
+    causal = nt.causal_mask(c["seq_q"], SEQ, offset=SEQ - c["seq_q"]) if c["causal"] else None
+    padding = PADDING if c["padding"] else None
+    expected, expected_weights = theirs(
+        inputs, memory, memory, key_padding_mask=padding,
+        attn_mask=None if causal is None else ~causal, average_attn_weights=False,
+    )  # fmt: skip
+    outputs, weights = ours(inputs, memory, mask_from_torch(
+        None if causal is None else ~causal, padding), need_weights=True)  # fmt: skip
+    assert outputs.shape == (B, c["seq_q"], LAYER) and weights.shape == (B, HEADS, c["seq_q"], SEQ)
+    torch.testing.assert_close(outputs, expected, atol=TOL[dtype], rtol=0)
+    torch.testing.assert_close(weights, expected_weights, atol=TOL[dtype], rtol=0)
+
+
+def test_gradients_equal_torch_in_float64():
+    theirs, ours = torch_pair(torch.float64, MEMORY)
+    inputs = torch.randn(B, SEQ_Q, LAYER, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(B, SEQ, MEMORY, dtype=torch.float64, requires_grad=True)
+    mine = ours(inputs, memory, mask_from_torch(None, PADDING))
+    grads = torch.autograd.grad(mine.square().sum(), [inputs, memory, ours.w_q, ours.w_k, ours.w_o])
+    reference, _ = theirs(inputs, memory, memory, key_padding_mask=PADDING)
+    expected = torch.autograd.grad(
+        reference.square().sum(),
+        [inputs, memory, theirs.q_proj_weight, theirs.k_proj_weight, theirs.out_proj.weight],
+    )
+    as_named = [
+        expected[0],
+        expected[1],
+        rearrange(expected[2], "(heads key) layer -> heads layer key", heads=HEADS),
+        rearrange(expected[3], "(heads key) memory -> heads memory key", heads=HEADS),
+        rearrange(expected[4], "layer (heads val) -> heads val layer", heads=HEADS),
+    ]
+    for got, want in zip(grads, as_named, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+
+
+def test_functional_gradcheck():
+    d = torch.float64
+    args = [
+        torch.randn(1, 2, 4, dtype=d), torch.randn(1, 3, 5, dtype=d),
+        torch.randn(2, 4, 3, dtype=d), torch.randn(2, 5, 3, dtype=d),
+        torch.randn(2, 5, 2, dtype=d), torch.randn(2, 2, 4, dtype=d),
+    ]  # fmt: skip
+    for a in args:
+        a.requires_grad_(True)
+    mask = torch.tensor([[True, True, False], [True, False, True]])
+
+    def output(*tensors):
+        return multihead_attention(*tensors, mask)[0]
+
+    assert torch.autograd.gradcheck(output, args)
+
+
+def reference_loop(inputs, memory, m: MultiHeadAttention, mask=None):
+    """Seed 01's equations, one head at a time, with the paper's softmax and scaling."""
+    heads = []
+    for h in range(m.heads):
+        q = inputs @ m.w_q[h] + m.b_q[h]
+        k = memory @ m.w_k[h] + m.b_k[h]
+        v = memory @ m.w_v[h] + m.b_v[h]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(m.key)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -torch.inf)
+        heads.append(torch.softmax(scores, -1) @ v @ m.w_o[h])
+    return sum(heads) + m.b_o
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_equals_a_loop_over_heads_narrow_and_wide(wide):
+    m = MultiHeadAttention(LAYER, HEADS, memory=MEMORY, wide=wide).double()
+    with torch.no_grad():
+        for b in (m.b_q, m.b_k, m.b_v, m.b_o):
+            b.normal_()
+    assert m.key == (LAYER if wide else LAYER // HEADS)
+    inputs, memory = torch.randn(B, SEQ_Q, LAYER).double(), torch.randn(B, SEQ, MEMORY).double()
+    mask = nt.causal_mask(SEQ_Q, SEQ, offset=2)
+    torch.testing.assert_close(m(inputs, memory, mask), reference_loop(inputs, memory, m, mask))
+
+
+def test_parameter_counts():
+    narrow = MultiHeadAttention(LAYER, HEADS)
+    assert narrow.num_parameters() == 4 * LAYER**2 + 4 * LAYER
+    assert narrow.num_parameters() == sum(p.numel() for p in nn.MultiheadAttention(LAYER, HEADS).parameters())
+    assert MultiHeadAttention(LAYER, HEADS, bias=False).num_parameters() == 4 * LAYER**2
+    wide = MultiHeadAttention(LAYER, HEADS, wide=True, bias=False)
+    assert wide.num_parameters() == 4 * HEADS * LAYER**2  # W in R^{d x hd}: h times more
+    cross = MultiHeadAttention(LAYER, HEADS, memory=MEMORY)
+    theirs = nn.MultiheadAttention(LAYER, HEADS, kdim=MEMORY, vdim=MEMORY)
+    assert cross.num_parameters() == 2 * LAYER**2 + 2 * LAYER * MEMORY + 4 * LAYER
+    assert cross.num_parameters() == sum(p.numel() for p in theirs.parameters())
+
+
+def test_narrow_heads_need_a_divisible_width():
+    with pytest.raises(ValueError, match="not divisible"):
+        MultiHeadAttention(10, 3)
+    assert MultiHeadAttention(10, 3, wide=True).key == 10
+    assert MultiHeadAttention(10, 3, key=4).key == 4
+
+
+def test_seed_04_stacked_w_qkv_is_the_same_computation():
+    m = MultiHeadAttention(LAYER, HEADS)
+    inputs = torch.randn(B, SEQ, LAYER)
+    w_qkv = stack_qkv(m.w_q, m.w_k, m.w_v)
+    assert w_qkv.shape == (3 * LAYER, LAYER)
+    q, k, v = stacked_projection(inputs, w_qkv, HEADS)
+    for got, weight in zip((q, k, v), (m.w_q, m.w_k, m.w_v), strict=True):
+        torch.testing.assert_close(got, project_heads(inputs, weight))
+    torch.testing.assert_close(w_qkv, to_torch(m).in_proj_weight)  # PyTorch's layout
+
+
+def test_fully_masked_query_gives_zeros_where_torch_gives_nan():
+    theirs, ours = torch_pair(torch.float64)
+    inputs = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
+    blocked = torch.zeros(SEQ, SEQ, dtype=torch.bool)
+    blocked[0] = True  # query 0 may attend nothing
+    expected, _ = theirs(inputs, inputs, inputs, attn_mask=blocked)
+    outputs = ours(inputs, mask=mask_from_torch(blocked))
+    assert expected[:, 0].isnan().all()
+    torch.testing.assert_close(outputs[:, 0], ours.b_o.expand(B, LAYER))  # zeros, then b^O
+    torch.testing.assert_close(outputs[:, 1:], expected[:, 1:], atol=1e-10, rtol=0)
+
+
+def test_to_torch_round_trip_and_batch_second():
+    ours = MultiHeadAttention(LAYER, HEADS, memory=MEMORY).eval()
+    theirs = to_torch(ours, batch_first=False)
+    inputs, memory = torch.randn(B, SEQ_Q, LAYER), torch.randn(B, SEQ, MEMORY)
+    as_seq_first = [rearrange(x, "batch seq layer -> seq batch layer") for x in (inputs, memory)]
+    expected, _ = theirs(as_seq_first[0], as_seq_first[1], as_seq_first[1])
+    expected = rearrange(expected, "seq batch layer -> batch seq layer")
+    torch.testing.assert_close(ours(inputs, memory), expected, atol=1e-5, rtol=0)
+    back = from_torch(theirs)
+    torch.testing.assert_close(back(inputs, memory), ours(inputs, memory))
+
+
+def test_attention_dropout_only_while_training():
+    m = MultiHeadAttention(LAYER, HEADS, dropout=0.5)
+    inputs = torch.randn(B, SEQ, LAYER)
+    out1, weights = m(inputs, need_weights=True)
+    out2 = m(inputs)
+    assert not torch.allclose(out1, out2)  # dropout is random while training
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, HEADS, SEQ))  # returned before dropout
+    m.eval()
+    torch.testing.assert_close(m(inputs), m(inputs))
+
+
+def test_keys_and_values_from_a_cache_give_the_same_output():
+    """attend_heads takes projected keys/values: a later step can reuse earlier ones."""
+    m = MultiHeadAttention(LAYER, HEADS).double()
+    inputs = torch.randn(B, SEQ, LAYER).double()
+    full = m(inputs, mask=nt.causal_mask(SEQ))
+    keys = project_heads(inputs, m.w_k, m.b_k)
+    values = project_heads(inputs, m.w_v, m.b_v)
+    last_query = project_heads(inputs[:, -1:], m.w_q, m.b_q)
+    last, _ = attend_heads(last_query, keys, values, m.w_o, m.b_o)
+    torch.testing.assert_close(last, full[:, -1:])
+
+
+BAD = {
+    "inputs width vs w_q's layer": (lambda m: m(torch.randn(B, SEQ, LAYER + 1)), "w_q"),
+    "memory width vs w_k's memory": (
+        lambda m: m(torch.randn(B, SEQ_Q, LAYER), torch.randn(B, SEQ, MEMORY + 1)),
+        "w_k",
+    ),
+    "mask length": (
+        lambda m: m(torch.randn(B, SEQ, LAYER), mask=torch.ones(B, 1, SEQ + 1, dtype=torch.bool)),
+        "mask",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_module_rejects_wrong_axis_sizes(case):
+    call, argument = BAD[case]
+    m = MultiHeadAttention(LAYER, HEADS, memory=MEMORY if "memory" in case else None)
+    with pytest.raises(TypeCheckError, match=argument):
+        call(m)
+
+
+def test_functions_reject_wrong_axis_sizes():
+    x, w = torch.randn(B, SEQ, LAYER), torch.randn(HEADS, LAYER, 4)
+    with pytest.raises(TypeCheckError, match="bias"):
+        project_heads(x, w, torch.randn(HEADS, 5))
+    q = torch.randn(B, HEADS, SEQ_Q, 4)
+    kv = torch.randn(B, HEADS, SEQ, 4)
+    with pytest.raises(TypeCheckError, match="w_o"):
+        attend_heads(q, kv, kv, torch.randn(HEADS + 1, 4, LAYER))
+    with pytest.raises(TypeCheckError, match="w_v"):
+        multihead_attention(x, x, w, w, torch.randn(HEADS, LAYER + 1, 4), torch.randn(HEADS, 4, LAYER))
+    with pytest.raises(TypeCheckError, match="w_qkv"):
+        stacked_projection(x, torch.randn(3 * LAYER, LAYER + 1), HEADS)
+    with pytest.raises(TypeCheckError, match="w_v"):
+        stack_qkv(w, w, torch.randn(HEADS, LAYER, 5))
+    with pytest.raises(TypeCheckError, match="key_padding_mask"):
+        mask_from_torch(None, torch.ones(B, SEQ, SEQ, dtype=torch.bool))
