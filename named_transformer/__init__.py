@@ -12,6 +12,7 @@ from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
 from named_transformer.norm import layer_norm, standardize
 from named_transformer.pooling import attention_pooling, attention_pooling_weights
 from named_transformer.positions import relative_position_index, sinusoidal_positions
+from named_transformer.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
 from named_transformer.scores import (
     additive_score,
     cosine_score,
@@ -19,6 +20,18 @@ from named_transformer.scores import (
     general_score,
     location_score,
     scaled_dot_score,
+)
+from named_transformer.seq2seq import (
+    AttentionDecoder,
+    BahdanauSeq2Seq,
+    BidirectionalEncoder,
+    EncoderDecoder,
+    FixedContextDecoder,
+    bahdanau_attention,
+    bidirectional_annotations,
+    readout,
+    recurrence,
+    reverse_padded,
 )
 from named_transformer.softmax import hardmax, softmax
 
@@ -51,5 +64,21 @@ __all__ = [
     "sinusoidal_positions",
     "softmax",
     "standardize",
+    "ElmanCell",
+    "GRUCell",
+    "LSTMCell",
+    "elman_cell",
+    "gru_cell",
+    "lstm_cell",
+    "AttentionDecoder",
+    "BahdanauSeq2Seq",
+    "BidirectionalEncoder",
+    "EncoderDecoder",
+    "FixedContextDecoder",
+    "bahdanau_attention",
+    "bidirectional_annotations",
+    "readout",
+    "recurrence",
+    "reverse_padded",
 ]
 __version__ = "0.1.0"
