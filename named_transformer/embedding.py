@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.positions import sinusoidal_positions
 
-__all__ = ["LearnedPositions", "SinusoidalPositions", "TokenEmbedding", "embed"]
+__all__ = ["LearnedPositions", "SinusoidalPositions", "TokenEmbedding", "add_positions", "embed"]
 
 
 # --8<-- [start:embed]
@@ -59,6 +59,19 @@ class TokenEmbedding(nn.Module):
 # --8<-- [end:TokenEmbedding]
 
 
+# --8<-- [start:add_positions]
+@checked
+def add_positions(
+    inputs: Float[Tensor, "*batch seq layer"],
+    positions: Float[Tensor, "seq layer"],
+    dropout: float = 0.0,
+    training: bool = False,
+) -> Float[Tensor, "*batch seq layer"]:
+    r"""$X^0 = \text{Dropout}(W + P)$: the same table for every example of the batch."""
+    return F.dropout(inputs + positions, dropout, training) if dropout > 0.0 else inputs + positions
+# --8<-- [end:add_positions]
+
+
 # --8<-- [start:SinusoidalPositions]
 class SinusoidalPositions(nn.Module):
     r"""$X^0 = X + P$ with the fixed sinusoidal $P$, then dropout. No parameters.
@@ -80,7 +93,7 @@ class SinusoidalPositions(nn.Module):
         positions = sinusoidal_positions(
             seq, layer, offset=offset, dtype=inputs.dtype, device=inputs.device
         )
-        return F.dropout(inputs + positions, self.dropout, self.training)
+        return add_positions(inputs, positions, self.dropout, self.training)
 # --8<-- [end:SinusoidalPositions]
 
 
@@ -103,5 +116,5 @@ class LearnedPositions(nn.Module):
                 f"positions up to {offset + seq - 1} requested, but the learned table has "
                 f"{self.table.shape[0]} rows (max_positions)"
             )
-        return F.dropout(inputs + self.table[offset : offset + seq], self.dropout, self.training)
+        return add_positions(inputs, self.table[offset : offset + seq], self.dropout, self.training)
 # --8<-- [end:LearnedPositions]
