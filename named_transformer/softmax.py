@@ -35,7 +35,8 @@ def softmax(
     never NaN: it is filled with the dtype's most negative finite number rather than
     $-\infty$, then multiplied by the mask.
     """
-    scores = beta * scores
+    if beta != 1.0:  # skip a pass over the whole score tensor in the common case
+        scores = beta * scores
     if mask is None:
         return torch.softmax(scores, dim=-1)
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
