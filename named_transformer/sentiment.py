@@ -22,11 +22,17 @@ import random
 import re
 from pathlib import Path
 
+import torch
+from einops import einsum, reduce
+from jaxtyping import Bool, Float, Int
+from torch import Tensor, nn
+
 from named_transformer.axes import checked
 from named_transformer.tasks import Example, Vocabulary, split_of
 
 __all__ = [
     "LABELS",
+    "BagOfWords",
     "load_imdb",
     "negation_contrast_set",
     "sentiment_vocabulary",
@@ -109,9 +115,7 @@ def synthetic_review(rng: random.Random) -> tuple[Example, str]:
 
 # --8<-- [start:negation_contrast_set]
 @checked
-def negation_contrast_set(
-    n: int, seed: int = 0, split: str = "test"
-) -> list[tuple[Example, Example]]:
+def negation_contrast_set(n: int, seed: int = 0, split: str = "test") -> list[tuple[Example, Example]]:
     """``n`` pairs of one-clause reviews that differ only by a negator and have opposite labels.
 
     Both members of a pair belong to ``split`` (their key ignores the negator), so the
@@ -193,12 +197,39 @@ def load_imdb(root: str | Path, split: str = "train") -> list[Example]:
     for label, folder in ((LABELS[0], "neg"), (LABELS[1], "pos")):
         directory = base / split / folder
         if not directory.is_dir():
-            raise FileNotFoundError(
-                f"no IMDB folder {directory} (expected aclImdb/{{train,test}}/{{pos,neg}})"
-            )
+            raise FileNotFoundError(f"no IMDB folder {directory} (expected aclImdb/{{train,test}}/{{pos,neg}})")
         for path in sorted(directory.glob("*.txt")):
             examples.append(Example(words(path.read_text(encoding="utf-8")), (label,)))
     return examples
 
 
 # --8<-- [end:load_imdb]
+
+
+# --8<-- [start:BagOfWords]
+class BagOfWords(nn.Module):
+    r"""The baseline: the mean of the word embeddings, then a linear layer (fastText-style).
+
+    $$\text{logits} = W \ndot{layer} \operatorname{mean}_{\mathsf{seq}}(E_{\text{tokens}}) + b$$
+
+    A linear function of the word counts: word order, and so the scope of a negation,
+    is invisible to it.
+    """
+
+    def __init__(self, vocab: int, classes: int, layer: int = 32) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(vocab, layer) / layer**0.5)
+        self.w_out = nn.Parameter(torch.randn(classes, layer) / layer**0.5)
+        self.b_out = nn.Parameter(torch.zeros(classes))
+
+    @checked
+    def forward(
+        self, tokens: Int[Tensor, "*batch seq"], mask: Bool[Tensor, "*batch seq"]
+    ) -> Float[Tensor, "*batch classes"]:
+        weights = mask.to(self.table.dtype)
+        weights = weights / reduce(weights, "... seq -> ... 1", "sum")  # mean over real tokens
+        pooled = einsum(weights, self.table[tokens], "... seq, ... seq layer -> ... layer")
+        return einsum(pooled, self.w_out, "... layer, classes layer -> ... classes") + self.b_out
+
+
+# --8<-- [end:BagOfWords]

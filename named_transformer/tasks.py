@@ -38,7 +38,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from named_transformer.axes import checked
-from named_transformer.masks import causal_mask, key_padding_mask
+from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
 
 __all__ = [
     "SPECIALS",
@@ -48,6 +48,8 @@ __all__ = [
     "LMBatch",
     "Vocabulary",
     "collate",
+    "ClassifyBatch",
+    "collate_classify",
     "collate_lm",
     "date_formats",
     "detokenize",
@@ -219,8 +221,7 @@ def make_task(
         attempts += 1
         if attempts > budget:
             raise ValueError(
-                f"task {name!r} with lengths {min_len}-{max_len} has too few distinct items "
-                f"for {n} {split} examples"
+                f"task {name!r} with lengths {min_len}-{max_len} has too few distinct items for {n} {split} examples"
             )
         example, key = info.generate(rng, min_len, max_len)
         if split_of(key) != split or (split != "train" and key in seen):
@@ -268,14 +269,10 @@ class Vocabulary:
         self.stoi = {token: i for i, token in enumerate(self.itos)}
 
     @classmethod
-    def build(
-        cls, sequences: Iterable[Sequence[str]], min_count: int = 1, max_size: int | None = None
-    ) -> Vocabulary:
+    def build(cls, sequences: Iterable[Sequence[str]], min_count: int = 1, max_size: int | None = None) -> Vocabulary:
         """The tokens seen at least ``min_count`` times, most frequent first (ties by name)."""
         counts = Counter(token for sequence in sequences for token in sequence)
-        ranked = sorted(
-            (t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t)
-        )
+        ranked = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
         return cls(ranked[: None if max_size is None else max(0, max_size - len(SPECIALS))])
 
     def __len__(self) -> int:
@@ -359,9 +356,7 @@ class Batch:
     def target_mask(self) -> Bool[Tensor, "batch seq_q seq_q"]:
         """Decoder self-attention: causal and ignoring padded target keys."""
         t = self.target_in.shape[-1]
-        return causal_mask(t, device=self.target_in.device) & key_padding_mask(
-            self.target_lengths, t
-        )
+        return causal_mask(t, device=self.target_in.device) & key_padding_mask(self.target_lengths, t)
 
     @property
     def target_tokens(self) -> int:
@@ -437,3 +432,44 @@ def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
 
 
 # --8<-- [end:collate_lm]
+
+
+@dataclass
+class ClassifyBatch:
+    """A padded classification batch: token ids, their lengths, and one label id per row."""
+
+    source: Int[Tensor, "batch seq"]
+    source_lengths: Int[Tensor, " batch"]
+    labels: Int[Tensor, " batch"]
+
+    def to(self, device: torch.device | str) -> ClassifyBatch:
+        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+    @property
+    def mask(self) -> Bool[Tensor, "batch seq"]:
+        """True at real tokens, False at padding."""
+        return padding_mask(self.source_lengths, self.source.shape[-1])
+
+    @property
+    def target_tokens(self) -> int:
+        return int(self.labels.shape[0])
+
+
+# --8<-- [start:collate_classify]
+@checked
+def collate_classify(examples: Sequence[Example], vocabulary: Vocabulary, labels: Sequence[str]) -> ClassifyBatch:
+    """Pad the sources of ``examples``; each target is one label out of ``labels``."""
+    if not examples:
+        raise ValueError("collate_classify needs at least one example")
+    sources = [vocabulary.encode(e.source) for e in examples]
+    unknown = {e.target[0] for e in examples} - set(labels)
+    if unknown:
+        raise ValueError(f"labels {sorted(unknown)} are not among {list(labels)}")
+    return ClassifyBatch(
+        source=_pad(sources, vocabulary.pad),
+        source_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
+        labels=torch.tensor([list(labels).index(e.target[0]) for e in examples]),
+    )
+
+
+# --8<-- [end:collate_classify]
