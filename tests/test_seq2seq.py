@@ -269,3 +269,27 @@ def test_bad_configuration_is_a_clear_error():
         BahdanauSeq2Seq(VOCAB, LAYER, HIDDEN, decoder_hidden=DEC, score="dot")
     with pytest.raises(ValueError, match="hidden"):
         EncoderDecoder(VOCAB, LAYER, 0)
+
+
+def test_experiment_script_quick_mode(tmp_path):
+    """The docs experiment runs end to end in its quick mode and writes every output."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "docs" / "scripts" / "bahdanau_experiment.py"
+    spec = importlib.util.spec_from_file_location("bahdanau_experiment", script)
+    experiment = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiment)
+    threads = torch.get_num_threads()
+    try:
+        experiment.main(["--quick", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    results = json.loads((tmp_path / "bahdanau-results.json").read_text())
+    assert set(results["models"]) == set(experiment.MODELS)
+    sizes = [m["parameters"] for m in results["models"].values()]
+    assert max(sizes) <= 1.1 * min(sizes)  # within ±10 %
+    for name in ("length", "loss", "copy-alignment", "dates"):
+        assert (tmp_path / f"bahdanau-{name}.png").stat().st_size > 0
+    assert "| 5–7 |" in (tmp_path / "bahdanau-table.txt").read_text()

@@ -1,0 +1,309 @@
+"""Attention vs the fixed-length context: exact match against input length (Bahdanau et al.).
+
+    nice python docs/scripts/bahdanau_experiment.py            # full run, rewrites docs/figures
+    python docs/scripts/bahdanau_experiment.py --quick --out /tmp/b   # seconds (CI smoke run)
+
+Three models of (nearly) the same size are trained with the same budget — the same
+batches, in the same order, for the same number of updates — on the ``copy`` task of
+:mod:`named_transformer.tasks` with source lengths spread over 5 … 40:
+
+* ``attention``: :class:`~named_transformer.seq2seq.BahdanauSeq2Seq` (bidirectional GRU
+  encoder, additive alignment);
+* ``fixed context``: :class:`~named_transformer.seq2seq.EncoderDecoder`, the decoder sees
+  only the encoder's last state $c$;
+* ``fixed context, reversed source``: the same with Sutskever et al.'s reversal.
+
+Each is scored by greedy decoding on held-out sources of every length (exact match of
+the whole output, ``<eos>`` included). A smaller attention model is then trained on the
+``dates`` task and its alignment matrices $\\alpha$ are drawn. Everything is written to
+``docs/figures/bahdanau-*`` (``--out`` elsewhere): the figures, ``bahdanau-results.json``
+and ``bahdanau-table.txt`` (the Markdown table the docs page includes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from einops import rearrange  # noqa: E402
+
+import named_transformer as nt  # noqa: E402
+from named_transformer import plot  # noqa: E402
+from named_transformer.seq2seq import BahdanauSeq2Seq, EncoderDecoder  # noqa: E402
+from named_transformer.tasks import collate, make_task, task_vocabulary  # noqa: E402
+
+FIGURES = Path(__file__).resolve().parents[1] / "figures"
+
+FULL = dict(
+    steps=900, batch=64, lr=3e-3, min_len=5, max_len=40, spread=2, eval_per_length=40,
+    layer=32, hidden=64, attention=64, teacher_forcing=1.0,
+    dates_steps=700, dates_hidden=48, dates_layer=24, dpi=110,
+)  # fmt: skip
+QUICK = dict(
+    steps=2, batch=4, lr=3e-3, min_len=5, max_len=7, spread=1, eval_per_length=1,
+    layer=8, hidden=8, attention=8, teacher_forcing=0.9,
+    dates_steps=1, dates_hidden=8, dates_layer=8, dpi=30,
+)  # fmt: skip
+MODELS = ("attention", "fixed context", "fixed context, reversed source")
+
+
+def parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_models(vocab: int, cfg: dict) -> dict[str, torch.nn.Module]:
+    """The attention model, and baselines whose width makes their size the closest to it."""
+    torch.manual_seed(0)
+    attention = BahdanauSeq2Seq(vocab, cfg["layer"], cfg["hidden"], attention=cfg["attention"])
+    target = parameters(attention)
+    width = min(
+        range(4, 8 * cfg["hidden"]),
+        key=lambda h: abs(parameters(EncoderDecoder(vocab, cfg["layer"], h)) - target),
+    )
+    models = {"attention": attention}
+    for name, reverse in zip(MODELS[1:], (False, True), strict=True):
+        torch.manual_seed(0)
+        models[name] = EncoderDecoder(vocab, cfg["layer"], width, reverse_source=reverse)
+    return models
+
+
+def copy_batch(step: int, cfg: dict, vocab):
+    """Batch ``step``: sources of lengths around one random centre, so little padding."""
+    centre = random.Random(f"centre/{step}").randint(cfg["min_len"], cfg["max_len"])
+    low = max(cfg["min_len"], centre - cfg["spread"])
+    high = min(cfg["max_len"], centre + cfg["spread"])
+    examples = make_task("copy", cfg["batch"], seed=step, min_len=low, max_len=high)
+    return collate(examples, vocab)
+
+
+def dates_batch(step: int, cfg: dict, vocab):
+    return collate(make_task("dates", cfg["batch"], seed=step), vocab)
+
+
+def logits_of(model, batch, teacher_forcing: float):
+    out = model(batch.source, batch.source_lengths, batch.target_out, teacher_forcing)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def train(model, make_batch, steps: int, cfg: dict, vocab, label: str) -> dict:
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    losses, start = [], time.time()
+    for step in range(steps):
+        batch = make_batch(step, cfg, vocab)
+        logits = logits_of(model, batch, cfg["teacher_forcing"])
+        loss = torch.nn.functional.cross_entropy(
+            rearrange(logits, "batch seq_q vocab -> (batch seq_q) vocab"),
+            rearrange(batch.target_out, "batch seq_q -> (batch seq_q)"),
+            ignore_index=vocab.pad,
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+        if step % 100 == 0 or step == steps - 1:
+            print(f"  {label:32s} step {step:4d}  loss {loss.item():.4f}  "
+                  f"{time.time() - start:6.0f}s", flush=True)
+    return {"losses": losses, "seconds": time.time() - start}
+
+
+@torch.no_grad()
+def decode(model, batch, extra: int = 3):
+    steps = int(batch.target_out.shape[-1]) + extra
+    out = model.greedy_decode(batch.source, batch.source_lengths, steps)
+    return out if isinstance(out, tuple) else (out, None)
+
+
+def exact_matches(model, examples, vocab) -> list[bool]:
+    batch = collate(examples, vocab)
+    tokens, _ = decode(model, batch)
+    matches = []
+    for row, example in zip(tokens.tolist(), examples, strict=True):
+        finished = vocab.eos in row
+        matches.append(finished and vocab.decode(row) == tuple(example.target))
+    return matches
+
+
+def length_curve(model, cfg: dict, vocab) -> dict[int, float]:
+    model.eval()
+    curve = {}
+    for length in range(cfg["min_len"], cfg["max_len"] + 1):
+        examples = make_task("copy", cfg["eval_per_length"], seed=1, split="test",
+                             min_len=length, max_len=length)
+        matches = exact_matches(model, examples, vocab)
+        curve[length] = sum(matches) / len(matches)
+    model.train()
+    return curve
+
+
+def buckets(cfg: dict) -> list[tuple[int, int]]:
+    low, high = cfg["min_len"], cfg["max_len"]
+    edges = [(low, min(10, high))] + [(a, min(a + 4, high)) for a in range(11, high + 1, 5)]
+    return [(a, b) for a, b in edges if a <= b]
+
+
+def table(results: dict, cfg: dict) -> str:
+    names = list(results["models"])
+    lines = [
+        "| source length | " + " | ".join(names) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for a, b in buckets(cfg):
+        cells = []
+        for name in names:
+            curve = results["models"][name]["exact_match"]
+            values = [curve[str(n)] for n in range(a, b + 1)]
+            cells.append(f"{100 * sum(values) / len(values):.1f} %")
+        lines.append(f"| {a}–{b} | " + " | ".join(cells) + " |")
+    for key, label in (("parameters", "parameters"), ("train_seconds", "training wall time")):
+        cells = [
+            f"{results['models'][n][key]:,}" if key == "parameters"
+            else f"{results['models'][n][key]:.0f} s" for n in names
+        ]
+        lines.append(f"| *{label}* | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def length_figure(results: dict, path: Path, dpi: int) -> None:
+    curves = {
+        name: [v for _, v in sorted((int(k), v) for k, v in r["exact_match"].items())]
+        for name, r in results["models"].items()
+    }
+    lengths = sorted(int(k) for k in results["models"]["attention"]["exact_match"])
+    ax = plot.line_plot(lengths, curves, markers=True, xlabel="source length (digits)",
+                        ylabel="exact match (greedy)",
+                        title="Copying digit strings: attention vs a fixed-length context")
+    ax.set_ylim(-0.03, 1.03)
+    ax.figure.savefig(path, dpi=dpi)
+    plt.close(ax.figure)
+
+
+def loss_figure(histories: dict[str, list[float]], path: Path, dpi: int) -> None:
+    window = 20
+    smooth = {
+        name: [sum(h[max(0, i - window + 1) : i + 1]) / len(h[max(0, i - window + 1) : i + 1])
+               for i in range(len(h))]
+        for name, h in histories.items()
+    }
+    steps = range(1, len(next(iter(histories.values()))) + 1)
+    ax = plot.line_plot(steps, smooth, logy=True, xlabel="update", ylabel="cross-entropy (nats)",
+                        title="Training loss (mean of the last 20 updates)")
+    ax.figure.savefig(path, dpi=dpi)
+    plt.close(ax.figure)
+
+
+def alignment_figure(model, examples, vocab, path: Path, title: str, columns: int, dpi: int) -> None:
+    batch = collate(examples, vocab)
+    model.eval()
+    tokens, weights = decode(model, batch)
+    rows = (len(examples) + columns - 1) // columns
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.0 * rows),
+                             layout="constrained", squeeze=False)
+    for i, example in enumerate(examples):
+        source = list(example.source)
+        output = list(vocab.decode(tokens[i].tolist(), strip=False))
+        out_len = output.index("<eos>") + 1 if "<eos>" in output else len(output)
+        ax = axes[i // columns][i % columns]
+        plot.attention_heatmap(
+            weights[i, :out_len, : len(source)],
+            [("␣" if t == " " else t) for t in output[:out_len]],
+            [("␣" if t == " " else t) for t in source],
+            ax=ax, annotate=False, colorbar=False,
+            title="".join(source),
+        )
+        ax.tick_params(axis="x", labelrotation=0)
+        ax.set_xlabel("source position j")
+        ax.set_ylabel("output position i")
+    for j in range(len(examples), rows * columns):
+        axes[j // columns][j % columns].axis("off")
+    fig.suptitle(title)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    model.train()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny models, a few updates")
+    parser.add_argument("--out", type=Path, default=FIGURES, help="where figures go")
+    parser.add_argument("--steps", type=int, help="override the number of updates (copy)")
+    parser.add_argument("--shape-checks", action="store_true",
+                        help="keep runtime shape checks on (default: on with --quick only)")
+    args = parser.parse_args(argv)
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.steps is not None:
+        cfg["steps"] = args.steps
+    nt.shape_checks(args.shape_checks or args.quick)
+    torch.set_num_threads(1)  # small sequential RNN steps: one thread is fastest on a shared CPU
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+
+    vocab = task_vocabulary("copy")
+    models = build_models(len(vocab), cfg)
+    results = {"config": cfg, "models": {}}
+    histories = {}
+    for name, model in models.items():
+        print(f"training {name} ({parameters(model):,} parameters)", flush=True)
+        trained = train(model, copy_batch, cfg["steps"], cfg, vocab, name)
+        histories[name] = trained["losses"]
+        curve = length_curve(model, cfg, vocab)
+        short = [v for n, v in curve.items() if n <= 10]
+        results["models"][name] = {
+            "parameters": parameters(model),
+            "train_seconds": round(trained["seconds"], 1),
+            "final_loss": sum(trained["losses"][-20:]) / len(trained["losses"][-20:]),
+            "exact_match_up_to_10": sum(short) / len(short),
+            "exact_match": {str(n): v for n, v in curve.items()},
+        }
+        print(f"  exact match ≤10: {100 * sum(short) / len(short):.1f} %, "
+              f"all: {100 * sum(curve.values()) / len(curve):.1f} %", flush=True)
+
+    length_figure(results, args.out / "bahdanau-length.png", cfg["dpi"])
+    loss_figure(histories, args.out / "bahdanau-loss.png", cfg["dpi"])
+    long_copy = make_task("copy", 1, seed=7, split="test", min_len=min(28, cfg["max_len"]),
+                          max_len=min(28, cfg["max_len"]))
+    alignment_figure(models["attention"], long_copy, vocab, args.out / "bahdanau-copy-alignment.png",
+                     "α for copying: the diagonal", columns=1, dpi=cfg["dpi"])
+
+    # dates: a smaller attention model, then its alignment matrices
+    date_vocab = task_vocabulary("dates")
+    torch.manual_seed(0)
+    dates_model = BahdanauSeq2Seq(len(date_vocab), cfg["dates_layer"], cfg["dates_hidden"],
+                                  attention=cfg["dates_hidden"])
+    dates_cfg = dict(cfg, teacher_forcing=cfg["teacher_forcing"])
+    print(f"training dates ({parameters(dates_model):,} parameters)", flush=True)
+    trained = train(dates_model, dates_batch, cfg["dates_steps"], dates_cfg, date_vocab, "dates")
+    held_out = make_task("dates", 2 if args.quick else 200, seed=3, split="test")
+    dates_model.eval()
+    date_matches = exact_matches(dates_model, held_out, date_vocab)
+    results["dates"] = {
+        "parameters": parameters(dates_model),
+        "train_seconds": round(trained["seconds"], 1),
+        "exact_match": sum(date_matches) / len(date_matches),
+        "test_examples": len(date_matches),
+    }
+    shown = make_task("dates", 4 if args.quick else 40, seed=11, split="test")
+    by_length = sorted(shown, key=lambda e: len(e.source))
+    picks = [by_length[len(by_length) * q // 4] for q in (0, 1, 2, 3)] if len(shown) >= 4 else shown
+    alignment_figure(dates_model, picks, date_vocab, args.out / "bahdanau-dates.png",
+                     "α for dates: which source characters each output character reads",
+                     columns=2, dpi=cfg["dpi"])
+    results["wall_seconds"] = round(time.time() - started, 1)
+    (args.out / "bahdanau-results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / "bahdanau-table.txt").write_text(table(results, cfg))
+    print(table(results, cfg))
+    print(f"dates: exact match {100 * results['dates']['exact_match']:.1f} % on "
+          f"{len(date_matches)} held-out dates; wall time {results['wall_seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
