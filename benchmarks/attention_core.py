@@ -13,22 +13,26 @@ import named_transformer as nt
 from benchmarks.common import interleaved, ms, table
 
 
+def _attention_pair(batch: int, heads: int, seq: int, key: int, repeats: int):
+    q, k, v = (torch.randn(batch, heads, seq, key) for _ in range(3))
+    mask = nt.causal_mask(seq)
+    return interleaved(
+        {
+            "named": lambda: nt.attention(q, k, v, mask),
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+        },
+        repeats,
+    )
+
+
 def attention_vs_sdpa(quick: bool) -> str:
     """1. nt.attention against F.scaled_dot_product_attention, causal mask, seq 64..2048."""
     lengths = [64, 256] if quick else [64, 256, 1024, 2048]
     batch, heads, key = 2, 8, 64
     rows = []
     for seq in lengths:
-        q, k, v = (torch.randn(batch, heads, seq, key) for _ in range(3))
-        mask = nt.causal_mask(seq)
         repeats = 3 if quick else max(5, 40 * 64 // seq)
-        named, sdpa = interleaved(
-            {
-                "named": lambda: nt.attention(q, k, v, mask),
-                "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-            },
-            repeats,
-        )
+        named, sdpa = _attention_pair(batch, heads, seq, key, repeats)
         rows.append([seq, ms(named.median), named.spread, ms(sdpa.median), sdpa.spread, f"{named.median / sdpa.median:.2f}"])
     header = ["seq", "named ms", "spread", "SDPA ms", "spread", "named / SDPA"]
     return table(f"1. Attention core vs SDPA (batch {batch}, heads {heads}, key {key}, causal mask)", header, rows)

@@ -1,0 +1,126 @@
+"""Benchmarks 3-6: multi-head attention and a full training step against PyTorch's modules.
+
+Both sides hold the same weights (``interop.from_torch``), run forward and backward on the
+same inputs, interleaved in one process. FLOPs are counted with
+``torch.utils.flop_counter``; GFLOP/s = FLOPs of one step / median step time.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import named_transformer as nt
+from benchmarks.common import interleaved, ms, table
+from named_transformer.interop import from_torch
+
+
+def _flops(step) -> int:
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+def _row(label: str, named, reference, flops: int | None = None) -> list[object]:
+    row = [label, ms(named.median), named.spread, ms(reference.median), reference.spread,
+           f"{named.median / reference.median:.3f}"]
+    if flops is not None:
+        row += [f"{flops / named.median / 1e9:.1f}", f"{flops / reference.median / 1e9:.1f}"]
+    return row
+
+
+def multihead(quick: bool) -> str:
+    """3 and 5: MultiHeadAttention forward+backward vs nn.MultiheadAttention, checks off and on."""
+    batch, seq, layer, heads = (4, 16, 64, 4) if quick else (32, 64, 256, 8)
+    theirs = nn.MultiheadAttention(layer, heads, batch_first=True)
+    ours = from_torch(theirs)
+    x = torch.randn(batch, seq, layer, requires_grad=True)
+    causal = nt.causal_mask(seq)
+
+    def named_step():
+        ours(x, mask=causal).sum().backward()
+
+    def torch_step():
+        theirs(x, x, x, attn_mask=~causal, need_weights=False)[0].sum().backward()
+
+    repeats = 3 if quick else 40
+    rows = []
+    with nt.shape_checks(False):
+        named, reference = interleaved({"named": named_step, "torch": torch_step}, repeats)
+    rows.append(_row("checks off", named, reference))
+    named_on, reference_on = interleaved({"named": named_step, "torch": torch_step}, repeats)
+    rows.append(_row("checks on", named_on, reference_on))
+    rows.append(["checks on / off (named)", "", "", "", "", f"{named_on.median / named.median:.3f}"])
+    header = ["shape checks", "named ms", "spread", "nn.MultiheadAttention ms", "spread", "named / torch"]
+    title = f"3, 5. MultiHeadAttention forward+backward (batch {batch}, seq {seq}, layer {layer}, heads {heads}, causal)"
+    return table(title, header, rows)
+
+
+def _transformer_pair(quick: bool, dropout: float):
+    layer, heads, layers, hidden, batch, seq = (32, 4, 1, 64, 4, 8) if quick else (256, 8, 3, 1024, 32, 64)
+    theirs = nn.Transformer(layer, heads, layers, layers, hidden, dropout, batch_first=True)
+    ours = from_torch(theirs)
+    source, target = torch.randn(batch, seq, layer), torch.randn(batch, seq, layer)
+    causal = nt.causal_mask(seq)
+    optimisers = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in (ours, theirs)]
+
+    def named_step():
+        optimisers[0].zero_grad()
+        ours(source, target, target_mask=causal).square().mean().backward()
+        optimisers[0].step()
+
+    def torch_step():
+        optimisers[1].zero_grad()
+        theirs(source, target, tgt_mask=~causal, tgt_is_causal=True).square().mean().backward()
+        optimisers[1].step()
+
+    sizes = f"layer {layer}, heads {heads}, {layers}+{layers} layers, hidden {hidden}, batch {batch} × seq {seq}"
+    return ours, (source, target, causal), named_step, torch_step, sizes
+
+
+def training_step(quick: bool, peak_gflops: float) -> str:
+    """4 and 5: one encoder-decoder training step (AdamW) vs nn.Transformer, GFLOP/s."""
+    rows = []
+    repeats = 3 if quick else 20
+    for dropout in (0.1, 0.0):
+        _, _, named_step, torch_step, sizes = _transformer_pair(quick, dropout)
+        flops = _flops(torch_step)
+        with nt.shape_checks(False):
+            named, reference = interleaved({"named": named_step, "torch": torch_step}, repeats)
+        rows.append(_row(f"dropout {dropout}, checks off", named, reference, flops))
+        if dropout == 0.1:
+            named_on, reference_on = interleaved({"named": named_step, "torch": torch_step}, repeats)
+            rows.append(_row(f"dropout {dropout}, checks on", named_on, reference_on, flops))
+            rows.append(["checks on / off (named)", "", "", "", "", f"{named_on.median / named.median:.3f}", "", ""])
+    header = ["configuration", "named ms", "spread", "nn.Transformer ms", "spread", "named / torch",
+              "named GFLOP/s", "torch GFLOP/s"]
+    title = f"4, 5. Training step vs nn.Transformer ({sizes}); matmul peak {peak_gflops:.0f} GFLOP/s"
+    return table(title, header, rows)
+
+
+def compiled(quick: bool) -> str:
+    """6. Eager vs torch.compile with checks off: fullgraph, graph breaks, speed."""
+    rows = []
+    with nt.shape_checks(False):
+        ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(quick, 0.0)
+        torch._dynamo.reset()
+        explanation = torch._dynamo.explain(ours)(source, target, target_mask=causal)
+        torch._dynamo.reset()
+        # quick mode proves fullgraph capture cheaply; a full run compiles with inductor
+        compiled_model = torch.compile(ours, fullgraph=True, backend="eager" if quick else "inductor")
+        optimiser = torch.optim.AdamW(ours.parameters(), lr=1e-4)
+
+        def compiled_step():
+            optimiser.zero_grad()
+            compiled_model(source, target, target_mask=causal).square().mean().backward()
+            optimiser.step()
+
+        compiled_step()  # compile outside the timing
+        eager, fast, reference = interleaved(
+            {"named eager": named_step, "named compiled": compiled_step, "nn.Transformer eager": torch_step},
+            3 if quick else 20,
+        )
+    rows.append(["graphs / graph breaks", f"{explanation.graph_count} / {explanation.graph_break_count}", ""])
+    rows += [[t.name, ms(t.median), f"{t.median / reference.median:.3f}"] for t in (eager, fast, reference)]
+    return table(f"6. torch.compile(fullgraph=True), checks off ({sizes})", ["", "ms", "/ nn.Transformer eager"], rows)
