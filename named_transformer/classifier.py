@@ -1,0 +1,92 @@
+r"""Seed 04's sentiment classifier, done right: encode, max-pool over positions, classify.
+
+$$H = \text{Encoder}(\text{Embed}(x) + P), \qquad
+  h = \nfun{seq}{max}\, H \;(\text{real tokens only}), \qquad
+  \text{logits} = W \ndot{layer} h + b, \quad W \in \mathbb R^{\mathsf{classes} \times \mathsf{layer}}.$$
+
+Seed 04's version has four slips: it builds ``Encoder()`` and ``nn.Linear`` *inside*
+``forward`` (fresh random weights on every call, so nothing is ever trained or saved),
+returns ``torch.max(x, dim=1)`` (a ``(values, indices)`` tuple, not a tensor), and takes
+the maximum over padding positions too, so the answer depends on how much padding a batch
+has. Here the layers are built once in ``__init__``, the reduction is a named ``max`` over
+$\mathsf{seq}$ that skips padding, and the result is a tensor of logits.
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import einsum, rearrange, reduce
+from jaxtyping import Bool, Float, Int
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.embedding import SinusoidalPositions, TokenEmbedding
+from named_transformer.encoder import Encoder
+from named_transformer.parameters import CountsParameters
+
+__all__ = ["TransformerClassifier", "masked_max"]
+
+
+# --8<-- [start:masked_max]
+@checked
+def masked_max(
+    states: Float[Tensor, "*batch seq layer"],
+    mask: Bool[Tensor, "*batch seq"] | None = None,
+) -> Float[Tensor, "*batch layer"]:
+    r"""$\nfun{seq}{max}\, H$ over the positions where ``mask`` is True (real tokens).
+
+    Padding is filled with the dtype's most negative number first, so it never wins; a
+    sequence with no real token gives that number.
+    """
+    if mask is not None:
+        padding = ~rearrange(mask, "... seq -> ... seq 1")
+        states = states.masked_fill(padding, torch.finfo(states.dtype).min)
+    return reduce(states, "... seq layer -> ... layer", "max")
+# --8<-- [end:masked_max]
+
+
+# --8<-- [start:TransformerClassifier]
+class TransformerClassifier(CountsParameters, nn.Module):
+    r"""Embeddings, an encoder, max over $\mathsf{seq}$ ignoring padding, a linear layer.
+
+    Defaults are seed 04's: one layer, 32 wide, 2 heads, hidden 128.
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        classes: int,
+        *,
+        num_layers: int = 1,
+        layer: int = 32,
+        heads: int = 2,
+        hidden: int = 128,
+        dropout: float = 0.1,
+        **options,
+    ) -> None:
+        super().__init__()
+        self.embedding = TokenEmbedding(vocab, layer)
+        self.positions = SinusoidalPositions(layer, dropout=dropout)
+        self.encoder = Encoder.build(num_layers, layer, heads, hidden, dropout=dropout, **options)
+        bound = layer**-0.5
+        self.w_out = nn.Parameter(torch.empty(classes, layer).uniform_(-bound, bound))
+        self.b_out = nn.Parameter(torch.zeros(classes))
+
+    @checked
+    def forward(
+        self,
+        tokens: Int[Tensor, "*batch seq"],
+        mask: Bool[Tensor, "*batch seq"] | None = None,
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch classes"]
+        | tuple[Float[Tensor, "*batch classes"], list[Float[Tensor, "*batch heads seq seq"]]]
+    ):
+        """Class logits. ``mask`` is True at real tokens, False at padding."""
+        attend_mask = None if mask is None else rearrange(mask, "... seq -> ... 1 seq")
+        embedded = self.positions(self.embedding(tokens))
+        states, weights = self.encoder(embedded, attend_mask, need_weights=True)
+        pooled = masked_max(states, mask)
+        logits = einsum(pooled, self.w_out, "... layer, classes layer -> ... classes") + self.b_out
+        return (logits, weights) if need_weights else logits
+# --8<-- [end:TransformerClassifier]

@@ -1,0 +1,77 @@
+r"""A decoder-only language model (paper A.1; GPT): predict each token from the ones before.
+
+$$X^0 = E_{\text{tokens}}\sqrt{|\mathsf{layer}|} + P, \qquad
+  X^{l} = \text{Block}(X^{l-1}, M_{\text{causal}}), \qquad
+  \log p(\text{token}_{j+1} \mid \text{tokens}_{\le j}) = \nfun{vocab}{log\,softmax}(E \ndot{layer} X^L)_j.$$
+
+With no encoder there is nothing to cross-attend, so a block is an encoder layer
+(self-attention, feed-forward) under the causal mask. The output reuses the embedding
+table $E$ (tied embeddings).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.config import TransformerConfig
+from named_transformer.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding
+from named_transformer.encoder import Encoder
+from named_transformer.generator import Generator
+from named_transformer.masks import causal_mask
+from named_transformer.parameters import CountsParameters
+
+__all__ = ["LanguageModel"]
+
+
+# --8<-- [start:LanguageModel]
+class LanguageModel(CountsParameters, nn.Module):
+    r"""Token embeddings, ``config.decoder_layers`` causal blocks, a tied generator.
+
+    ``positions`` is ``"sinusoidal"`` (the paper) or ``"learned"`` (GPT-2; then at most
+    ``max_positions`` tokens).
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        config: TransformerConfig | None = None,
+        *,
+        positions: Literal["sinusoidal", "learned"] = "sinusoidal",
+        max_positions: int = 1024,
+        tie_output: bool = True,
+    ) -> None:
+        super().__init__()
+        self.config = c = TransformerConfig.base() if config is None else config
+        self.embedding = TokenEmbedding(vocab, c.layer)
+        if positions == "sinusoidal":
+            self.positions = SinusoidalPositions(c.layer, dropout=c.dropout)
+        elif positions == "learned":
+            self.positions = LearnedPositions(max_positions, c.layer, dropout=c.dropout)
+        else:
+            raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {positions!r}")
+        self.blocks = Encoder.build(
+            c.decoder_layers, c.layer, c.heads, c.hidden,
+            final_norm=c.has_final_norm, **c.layer_options(),
+        )  # fmt: skip
+        table = self.embedding.table if tie_output else None
+        self.generator = Generator(c.layer, vocab, table=table, bias=not tie_output)
+
+    @checked
+    def forward(
+        self, tokens: Int[Tensor, "*batch seq"], need_weights: bool = False
+    ) -> (
+        Float[Tensor, "*batch seq vocab"]
+        | tuple[Float[Tensor, "*batch seq vocab"], list[Float[Tensor, "*batch heads seq seq"]]]
+    ):
+        """Log-probabilities of the next token at every position (and per-layer weights)."""
+        mask = causal_mask(tokens.shape[-1], device=tokens.device)
+        embedded = self.positions(self.embedding(tokens))
+        if need_weights:
+            hidden, weights = self.blocks(embedded, mask, need_weights=True)
+            return self.generator(hidden), weights
+        return self.generator(self.blocks(embedded, mask))
+# --8<-- [end:LanguageModel]
