@@ -7,11 +7,40 @@ Every public function is shape-checked at run time (see :mod:`named_transformer.
 from named_transformer.attention import attend, attention, attention_from_scores, attention_weights
 from named_transformer.axes import AXES, Axis, checked, shape_checks, shape_checks_enabled
 from named_transformer.basic import basic_self_attention
+from named_transformer.classifier import TransformerClassifier, masked_max
+from named_transformer.config import TransformerConfig
+from named_transformer.decoder import Decoder, DecoderLayer
+from named_transformer.embedding import (
+    LearnedPositions,
+    SinusoidalPositions,
+    TokenEmbedding,
+    add_positions,
+    embed,
+)
+from named_transformer.encoder import Encoder, EncoderLayer
 from named_transformer.feedforward import feed_forward
+from named_transformer.generator import Generator, log_probabilities
+from named_transformer.interop import from_torch, mask_from_torch, to_torch
+from named_transformer.language_model import LanguageModel
 from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
+from named_transformer.multihead import (
+    MultiHeadAttention,
+    attend_heads,
+    multihead_attention,
+    project_heads,
+    stack_qkv,
+    stacked_projection,
+)
 from named_transformer.norm import layer_norm, standardize
+from named_transformer.parameters import CountsParameters
 from named_transformer.pooling import attention_pooling, attention_pooling_weights
 from named_transformer.positions import relative_position_index, sinusoidal_positions
+from named_transformer.relative import (
+    RelativeMultiHeadAttention,
+    relative_attend,
+    relative_attention_weights,
+    relative_multihead_attention,
+)
 from named_transformer.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
 from named_transformer.scores import (
     additive_score,
@@ -34,6 +63,8 @@ from named_transformer.seq2seq import (
     reverse_padded,
 )
 from named_transformer.softmax import hardmax, softmax
+from named_transformer.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.transformer import Transformer, TransformerStacks
 
 __all__ = [
     "AXES",
@@ -80,5 +111,39 @@ __all__ = [
     "readout",
     "recurrence",
     "reverse_padded",
+    "TransformerClassifier",
+    "masked_max",
+    "TransformerConfig",
+    "Decoder",
+    "DecoderLayer",
+    "LearnedPositions",
+    "SinusoidalPositions",
+    "TokenEmbedding",
+    "add_positions",
+    "embed",
+    "Encoder",
+    "EncoderLayer",
+    "Generator",
+    "log_probabilities",
+    "from_torch",
+    "mask_from_torch",
+    "to_torch",
+    "LanguageModel",
+    "MultiHeadAttention",
+    "attend_heads",
+    "multihead_attention",
+    "project_heads",
+    "stack_qkv",
+    "stacked_projection",
+    "CountsParameters",
+    "RelativeMultiHeadAttention",
+    "relative_attend",
+    "relative_attention_weights",
+    "relative_multihead_attention",
+    "FeedForward",
+    "LayerNorm",
+    "Residual",
+    "Transformer",
+    "TransformerStacks",
 ]
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ r"""Converting between PyTorch's Transformer modules and the named ones, weights
 | ``nn.TransformerDecoderLayer`` | :class:`DecoderLayer` |
 | ``nn.TransformerEncoder`` | :class:`Encoder` |
 | ``nn.TransformerDecoder`` | :class:`Decoder` |
-| ``nn.Transformer`` | :class:`EncoderDecoder` |
+| ``nn.Transformer`` | :class:`TransformerStacks` |
 
 PyTorch keeps all heads in one matrix, ``in_proj_weight`` $\in \mathbb R^{3hd \times d}$ (seed
 04's stacked $W_{qkv}$), whose rows are ``(three heads key)``; the named weights are the same
@@ -42,7 +42,7 @@ from named_transformer.decoder import Decoder, DecoderLayer
 from named_transformer.encoder import Encoder, EncoderLayer
 from named_transformer.multihead import MultiHeadAttention
 from named_transformer.sublayers import FeedForward, LayerNorm
-from named_transformer.transformer import EncoderDecoder
+from named_transformer.transformer import TransformerStacks
 
 __all__ = ["from_torch", "mask_from_torch", "to_torch"]
 
@@ -230,7 +230,7 @@ def from_torch(module: nn.Module) -> nn.Module:
         layers = [_decoder_layer_from_torch(layer) for layer in module.layers]
         ours = Decoder(layers, _final_norm_from_torch(module.norm))
     elif isinstance(module, nn.Transformer):
-        ours = EncoderDecoder(from_torch(module.encoder), from_torch(module.decoder))
+        ours = TransformerStacks(from_torch(module.encoder), from_torch(module.decoder))
     else:
         raise TypeError(f"from_torch does not know {type(module).__name__}")
     return ours.train(module.training)
@@ -362,7 +362,7 @@ def to_torch(module: nn.Module, *, batch_first: bool = True) -> nn.Module:
         theirs = _decoder_layer_to_torch(module, batch_first)
     elif isinstance(module, Encoder | Decoder):
         theirs = _stack_to_torch(module, batch_first)
-    elif isinstance(module, EncoderDecoder):
+    elif isinstance(module, TransformerStacks):
         first = module.encoder.layers[0].self_attention
         theirs = nn.Transformer(
             first.layer, first.heads, batch_first=batch_first,

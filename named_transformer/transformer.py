@@ -3,7 +3,7 @@ r"""The encoder–decoder Transformer (paper A.1): embeddings, two stacks, a gen
 $$H = \text{Encoder}(\text{Embed}(x) + P), \qquad
   \log p(y_{j} \mid y_{<j}, x) = \text{Generator}(\text{Decoder}(\text{Embed}(y) + P, H))_j.$$
 
-:class:`EncoderDecoder` is the two stacks alone, on already embedded sequences: the
+:class:`TransformerStacks` is the two stacks alone, on already embedded sequences: the
 counterpart of PyTorch's ``nn.Transformer`` (which has no embeddings and always ends each
 stack with a LayerNorm). :class:`Transformer` adds token embeddings scaled by
 $\sqrt{|\mathsf{layer}|}$, sinusoidal positions, and a generator whose table is tied to
@@ -24,11 +24,11 @@ from named_transformer.generator import Generator
 from named_transformer.masks import causal_mask
 from named_transformer.parameters import CountsParameters
 
-__all__ = ["EncoderDecoder", "Transformer"]
+__all__ = ["Transformer", "TransformerStacks"]
 
 
-# --8<-- [start:EncoderDecoder]
-class EncoderDecoder(CountsParameters, nn.Module):
+# --8<-- [start:TransformerStacks]
+class TransformerStacks(CountsParameters, nn.Module):
     r"""An encoder stack and a decoder stack; the decoder cross-attends the encoder output."""
 
     def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
@@ -36,7 +36,7 @@ class EncoderDecoder(CountsParameters, nn.Module):
         self.encoder, self.decoder = encoder, decoder
 
     @classmethod
-    def build(cls, config: TransformerConfig | None = None) -> EncoderDecoder:
+    def build(cls, config: TransformerConfig | None = None) -> TransformerStacks:
         """Fresh stacks of the given configuration (default: the paper's base model)."""
         c = TransformerConfig.base() if config is None else config
         sizes = (c.layer, c.heads, c.hidden)
@@ -59,7 +59,7 @@ class EncoderDecoder(CountsParameters, nn.Module):
         """Masks are True where attention is allowed; ``target_mask`` is usually causal."""
         memory = self.encoder(source, source_mask)
         return self.decoder(target, memory, target_mask, memory_mask)
-# --8<-- [end:EncoderDecoder]
+# --8<-- [end:TransformerStacks]
 
 
 # --8<-- [start:Transformer]
@@ -83,7 +83,7 @@ class Transformer(CountsParameters, nn.Module):
         self.source_embedding = TokenEmbedding(source_vocab, c.layer)
         self.target_embedding = TokenEmbedding(target_vocab, c.layer)
         self.positions = SinusoidalPositions(c.layer, dropout=c.dropout)
-        self.stacks = EncoderDecoder.build(c)
+        self.stacks = TransformerStacks.build(c)
         table = self.target_embedding.table if tie_output else None
         self.generator = Generator(c.layer, target_vocab, table=table, bias=not tie_output)
 

@@ -13,7 +13,7 @@ from named_transformer.encoder import Encoder, EncoderLayer
 from named_transformer.interop import from_torch, mask_from_torch, to_torch
 from named_transformer.multihead import MultiHeadAttention
 from named_transformer.sublayers import LayerNorm
-from named_transformer.transformer import EncoderDecoder
+from named_transformer.transformer import TransformerStacks
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN, MEMORY = 2, 3, 5, 8, 2, 6, 7
 PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 1) + [True]])
@@ -38,7 +38,7 @@ def build(kind, norm_first=False, activation="relu"):
         "decoder_layer": lambda: DecoderLayer(LAYER, HEADS, HIDDEN, **options),
         "encoder": lambda: Encoder.build(2, LAYER, HEADS, HIDDEN, final_norm=True, **options),
         "decoder": lambda: Decoder.build(3, LAYER, HEADS, HIDDEN, **options),
-        "transformer": lambda: EncoderDecoder.build(
+        "transformer": lambda: TransformerStacks.build(
             TransformerConfig(**{**TINY.__dict__, **options, "final_norm": True})
         ),
     }[kind]()

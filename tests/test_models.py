@@ -14,7 +14,7 @@ from named_transformer.decoder import Decoder
 from named_transformer.encoder import Encoder
 from named_transformer.interop import from_torch, mask_from_torch
 from named_transformer.language_model import LanguageModel
-from named_transformer.transformer import EncoderDecoder, Transformer
+from named_transformer.transformer import Transformer, TransformerStacks
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN = 2, 4, 5, 12, 3, 10
 SOURCE_VOCAB, TARGET_VOCAB, CLASSES = 11, 13, 3
@@ -127,7 +127,7 @@ def test_base_encoder_decoder_has_the_papers_parameter_count():
     attention, ffn, norm = 4 * d * d + 4 * d, 2 * d * f + f + d, 2 * d
     formula = n * (attention + ffn + 2 * norm) + n * (2 * attention + ffn + 3 * norm) + 2 * norm
     with torch.device("meta"):
-        ours = EncoderDecoder.build(TransformerConfig(final_norm=True))
+        ours = TransformerStacks.build(TransformerConfig(final_norm=True))
         theirs = nn.Transformer()
     assert ours.num_parameters() == formula == torch_count(theirs) == 44_140_544
 
@@ -225,7 +225,7 @@ def test_models_reject_wrong_axis_sizes():
     model = Transformer(SOURCE_VOCAB, TARGET_VOCAB, TINY)
     enc = Encoder.build(1, LAYER, HEADS, HIDDEN)
     dec = Decoder.build(1, LAYER, HEADS, HIDDEN)
-    stacks = EncoderDecoder(enc, dec)
+    stacks = TransformerStacks(enc, dec)
     wide = torch.randn(B, SEQ, LAYER + 1)
     checks = [
         (lambda: enc(wide), "w_q"),
