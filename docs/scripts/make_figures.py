@@ -132,6 +132,53 @@ def positions(quick: bool) -> plt.Figure:
     return ax.figure
 
 
+def relative_positions(quick: bool) -> plt.Figure:
+    """The clipped relative-distance index (k = 2): a full pass, then two queries after a cache."""
+    k = 2
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained",
+                                      gridspec_kw={"width_ratios": [6, 6]})
+    plot.attention_heatmap(nt.relative_position_index(6, 6, k).float(), TOKENS, TOKENS, ax=left,
+                           vmin=0, vmax=2 * k, cmap="viridis", colorbar=False,
+                           title="relative_position_index(6, 6, k=2) = clip(j - i, 2) + 2")
+    plot.attention_heatmap(nt.relative_position_index(2, 6, k, offset=4).float(), TOKENS[4:],
+                           TOKENS, ax=right, vmin=0, vmax=2 * k, cmap="viridis",
+                           title="2 new queries after a cache of 4 (offset=4)")
+    return fig
+
+
+def multihead_weights(quick: bool) -> plt.Figure:
+    """Per-head causal self-attention weights of a (random) MultiHeadAttention over six tokens."""
+    torch.manual_seed(0)
+    layer, heads = 16, 4
+    attention = nt.MultiHeadAttention(layer, heads).eval()
+    embedded = nt.SinusoidalPositions(layer, dropout=0.0)(torch.randn(len(TOKENS), layer))
+    _, weights = attention(embedded, mask=nt.causal_mask(len(TOKENS)), need_weights=True)
+    fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads, 3.4), layout="constrained")
+    for head, ax in enumerate(axes):
+        plot.attention_heatmap(weights[head].detach(), TOKENS, TOKENS, ax=ax, annotate=False,
+                               colorbar=head == heads - 1, title=f"head {head}")
+    return fig
+
+
+def encoder_decoder_weights(quick: bool) -> plt.Figure:
+    """An (untrained) Transformer's decoder self-attention vs cross-attention, padded source."""
+    torch.manual_seed(0)
+    config = nt.TransformerConfig(encoder_layers=1, decoder_layers=1, layer=16, heads=2,
+                                  hidden=32, dropout=0.0)
+    model = nt.Transformer(20, 20, config).eval()
+    source, target = torch.randint(3, 20, (1, 6)), torch.randint(3, 20, (1, 5))
+    source_mask = nt.key_padding_mask(torch.tensor([4]), 6)  # 4 real tokens, 2 padding
+    _, weights = model(source, target, source_mask, need_weights=True)
+    sources = ["das", "ist", "gut", "</s>", "<pad>", "<pad>"]
+    targets = ["<s>", "this", "is", "good", "</s>"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    plot.attention_heatmap(weights["decoder_self"][0][0, 0].detach(), targets, targets, ax=left,
+                           colorbar=False, title="decoder self-attention (causal), head 0")
+    plot.attention_heatmap(weights["decoder_cross"][0][0, 0].detach(), targets, sources, ax=right,
+                           title="cross-attention over the memory, head 0")
+    return fig
+
+
 FIGURE_MAKERS: dict[str, Callable[[bool], plt.Figure]] = {
     "soft-to-hard": soft_to_hard,
     "dot-variance": dot_variance,
@@ -139,6 +186,9 @@ FIGURE_MAKERS: dict[str, Callable[[bool], plt.Figure]] = {
     "padding-mask": padding,
     "basic-equivariance": basic_equivariance,
     "sinusoidal-positions": positions,
+    "relative-positions": relative_positions,
+    "multihead-weights": multihead_weights,
+    "encoder-decoder-weights": encoder_decoder_weights,
 }
 
 
