@@ -166,6 +166,8 @@ class Trainer:
             at the end, in eval mode, without gradients, leaving the random state as it was.
         directory: where ``checkpoint.pt`` is written (rank 0 only).
         meta: anything JSON-like saved in the checkpoint (the model config, vocabulary …).
+        stop: ``stop(metrics) -> bool``, asked after each evaluation; True ends training
+            early (e.g. once the validation score is perfect).
     """
 
     def __init__(
@@ -178,6 +180,7 @@ class Trainer:
         evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
         directory: str | Path | None = None,
         meta: dict[str, Any] | None = None,
+        stop: Callable[[dict[str, float]], bool] | None = None,
     ) -> None:
         if not data:
             raise ValueError("Trainer needs at least one training example")
@@ -186,7 +189,7 @@ class Trainer:
             raise ValueError(f"batch_size={config.batch_size} must be divisible by the {self.world} processes")
         self.model = model
         self.data, self.collate, self.loss, self.config = data, collate, loss, config
-        self.evaluate, self.meta = evaluate, dict(meta or {})
+        self.evaluate, self.meta, self.stop = evaluate, dict(meta or {}), stop
         self.directory = None if directory is None else Path(directory)
         self.parallel: nn.Module = model
         if self.world > 1:
@@ -261,10 +264,13 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", **{
                     k: f"{v:.3g}" for k, v in metrics.items()
                 })  # fmt: skip
+            stopping = bool(metrics) and self.stop is not None and self.stop(metrics)
             if self.directory is not None and (
-                self.step == until or (config.checkpoint_every and self.step % config.checkpoint_every == 0)
+                self.step == until or stopping or (config.checkpoint_every and self.step % config.checkpoint_every == 0)
             ):
                 self.save(self.directory / "checkpoint.pt")
+            if stopping:
+                break
         if bar is not None:
             bar.close()
         return self.history
