@@ -34,7 +34,37 @@
       });
       element.dataset.katex = "done";
     }
+    renderNavigation();
     document.documentElement.dataset.mathRendered = "true";
+  }
+
+  // A heading with math appears as plain text "\(...\)" in the table of contents and the
+  // navigation (Python-Markdown's toc strips the markup): render those pieces too.
+  var INLINE = /\\\(([\s\S]+?)\\\)/g;
+
+  function renderNavigation() {
+    var labels = document.querySelectorAll(".md-nav__link, .md-header__topic .md-ellipsis");
+    for (var i = 0; i < labels.length; i++) {
+      var walker = document.createTreeWalker(labels[i], NodeFilter.SHOW_TEXT);
+      var nodes = [];
+      while (walker.nextNode()) nodes.push(walker.currentNode);
+      nodes.forEach(function (node) {
+        var text = node.nodeValue;
+        if (text.indexOf("\\(") < 0) return;
+        var span = document.createElement("span");
+        var last = 0;
+        text.replace(INLINE, function (match, tex, offset) {
+          span.appendChild(document.createTextNode(text.slice(last, offset)));
+          var math = document.createElement("span");
+          katex.render(tex, math, { macros: Object.assign({}, MACROS), throwOnError: false });
+          span.appendChild(math);
+          last = offset + match.length;
+          return match;
+        });
+        span.appendChild(document.createTextNode(text.slice(last)));
+        node.parentNode.replaceChild(span, node);
+      });
+    }
   }
 
   if (typeof document$ !== "undefined") {
