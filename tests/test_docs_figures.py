@@ -42,7 +42,10 @@ def test_quick_mode_draws_every_figure(tmp_path: Path) -> None:
 
 def test_linked_figures_are_committed() -> None:
     missing = [name for name in linked_figures() if not (DOCS / "figures" / f"{name}.png").is_file()]
-    assert not missing, f"run python docs/scripts/make_figures.py: missing {missing}"
+    assert not missing, (
+        f"pages link figures that are not committed under docs/figures/: {missing}; draw them "
+        "with their script (docs/scripts/make_figures.py or the experiment's own) and commit them"
+    )
 
 
 def test_plot_functions_check_shapes() -> None:
