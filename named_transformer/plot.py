@@ -136,15 +136,19 @@ def line_plot(
     logx: bool = False,
     logy: bool = False,
     markers: bool = False,
+    styles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Any:
     """Draw named curves over a shared x (weights against β, variance against |key|, losses).
 
-    ``curves`` maps each legend label to its y values, one per x.
+    ``curves`` maps each legend label to its y values, one per x; ``styles`` maps a label
+    to extra matplotlib line options (``{"linestyle": "--"}`` for a reference curve).
     """
     ax = _axes(ax, (6.0, 3.6))
     xs = _numbers(x)
     for label, ys in curves.items():
-        ax.plot(xs, _numbers(ys), label=label, marker="o" if markers else None, markersize=3)
+        options = {"marker": "o" if markers else None, "markersize": 3}
+        options.update((styles or {}).get(label, {}))
+        ax.plot(xs, _numbers(ys), label=label, **options)
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
     ax.set_xlabel(xlabel)

@@ -68,7 +68,8 @@ def dot_variance(quick: bool) -> plt.Figure:
         plain.append(nt.dot_score(queries, keys).var().item())
         scaled.append(nt.scaled_dot_score(queries, keys).var().item())
     ax = plot.line_plot(
-        sizes, {"Q ⊙_key K": plain, "Q ⊙_key K / √|key|": scaled, "|key|": sizes},
+        sizes, {"|key| (theory)": sizes, "Q ⊙_key K": plain, "Q ⊙_key K / √|key|": scaled},
+        styles={"|key| (theory)": {"linestyle": "--", "color": "grey", "marker": None}},
         logx=True, logy=True, markers=True, xlabel="|key|", ylabel="variance of the score",
         title="Dot products grow with |key|; scaling keeps variance 1",
     )
