@@ -82,6 +82,11 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 
+# (title, weights heads × seq_q × seq, query labels, key labels); the sizes differ from one
+# map to the next, so one jaxtyping annotation cannot bind them across the list.
+AttentionMap = tuple[str, Tensor, list[str], list[str]]
+
+
 class NoPositions(nn.Module):
     """Dropout only: with relative positions nothing is added to the embeddings."""
 
@@ -373,7 +378,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
 @torch.no_grad()
 def attention_maps(
     model: nn.Module, spec: dict[str, Any], vocabulary: Vocabulary, source: Sequence[str]
-) -> tuple[tuple[str, ...], list[tuple[str, Float[Tensor, "heads seq_q seq"], list[str], list[str]]]]:
+) -> tuple[tuple[str, ...], list[AttentionMap]]:
     """Decode ``source`` greedily, then return (prediction, maps): one entry per attention
     kind and layer, ``(title, weights heads×seq_q×seq, query labels, key labels)``."""
     model.eval()
@@ -411,9 +416,7 @@ def attention_maps(
 
 
 @checked
-def attention_figure(
-    maps: list[tuple[str, Float[Tensor, "heads seq_q seq"], list[str], list[str]]], path: str | Path, title: str = ""
-) -> Path:
+def attention_figure(maps: list[AttentionMap], path: str | Path, title: str = "") -> Path:
     """Draw every (kind, layer) row of ``maps`` with one panel per head; save a PNG at ``path``."""
     from named_transformer.plot import _pyplot, attention_heatmap
 

@@ -1,0 +1,99 @@
+"""The command line (train, evaluate, decode) on tiny configurations, and the workflow
+results script in its quick mode."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from named_transformer import cli
+
+TINY = ["--size", "tiny", "--steps", "2", "--train-size", "32", "--test-size", "4",
+        "--eval-every", "1", "--batch-size", "8", "--min-len", "2", "--max-len", "4"]  # fmt: skip
+
+
+def run(capsys, *argv: str) -> str:
+    assert cli.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_train_evaluate_decode_copy(tmp_path, capsys):
+    out = tmp_path / "copy"
+    printed = run(capsys, "train", "copy", *TINY, "--out", str(out))
+    assert re.search(r"^held-out exact match: \d+\.\d%$", printed, re.MULTILINE)
+    for name in ("checkpoint.pt", "metrics.json", "attention.png"):
+        assert (out / name).stat().st_size > 0, name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] <= 2 and metrics["kind"] == "encoder-decoder"
+
+    printed = run(capsys, "evaluate", str(out / "checkpoint.pt"), "--n", "4")
+    assert "4 held-out examples of copy" in printed
+    assert re.search(r"^held-out exact match: \d+\.\d%$", printed, re.MULTILINE)
+    assert (out / "attention-evaluate.png").exists()
+
+    for method in ("greedy", "beam", "sample"):
+        printed = run(capsys, "decode", str(out / "checkpoint.pt"), "3 1 4", "--method", method,
+                      "--figure", str(tmp_path / f"{method}.png"))  # fmt: skip
+        assert re.fullmatch(r"\d*", printed.splitlines()[0])
+        assert (tmp_path / f"{method}.png").exists()
+    with pytest.raises(SystemExit, match="no tokens"):
+        cli.main(["decode", str(out / "checkpoint.pt"), "abc"])
+
+
+def test_train_decoder_only_with_relative_positions_and_no_shape_checks(tmp_path, capsys):
+    out = tmp_path / "sort"
+    printed = run(capsys, "train", "sort", *TINY, "--model", "decoder-only",
+                  "--positions", "relative", "--no-shape-checks", "--no-progress",
+                  "--out", str(out))  # fmt: skip
+    assert "held-out exact match:" in printed and (out / "attention.png").exists()
+    assert json.loads((out / "metrics.json").read_text())["kind"] == "decoder-only"
+
+
+def test_train_sentiment_classifier_and_bag_of_words(tmp_path, capsys):
+    printed = run(capsys, "train", "sentiment", *TINY, "--out", str(tmp_path / "s"))
+    assert re.search(r"^held-out accuracy: \d+\.\d%$", printed, re.MULTILINE)
+    assert re.search(r"^negation contrast accuracy: \d+\.\d%$", printed, re.MULTILINE)
+    printed = run(capsys, "train", "sentiment", *TINY, "--model", "bag-of-words",
+                  "--out", str(tmp_path / "b"))  # fmt: skip
+    assert "attention maps: none" in printed
+    printed = run(capsys, "decode", str(tmp_path / "s" / "checkpoint.pt"), "The plot was not good.")
+    assert printed.splitlines()[0] in ("positive", "negative")
+
+
+def test_a_mismatched_model_kind_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="cannot be learned"):
+        cli.main(["train", "copy", *TINY, "--model", "classifier", "--out", str(tmp_path)])
+
+
+def test_missing_extra_names_it(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tqdm" else real(name, *a))
+    with pytest.raises(SystemExit, match=r"tqdm.*`train` extra.*named_transformer\[train\]"):
+        cli.main(["train", "copy", *TINY, "--out", str(tmp_path)])
+
+
+def test_python_dash_m_entry_point():
+    result = subprocess.run([sys.executable, "-m", "named_transformer", "--help"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0
+    assert all(c in result.stdout for c in ("train", "evaluate", "decode"))
+
+
+def test_results_script_quick_mode(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "docs" / "scripts" / "run_workflows.py"
+    spec = importlib.util.spec_from_file_location("run_workflows", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--quick", "--out", str(tmp_path)])
+    results = tmp_path / "docs" / "workflows" / "results"
+    assert "| copy |" in (results / "summary.md").read_text()
+    assert "| relative |" in (results / "length.md").read_text()
+    assert (results / "decoding.md").exists()
+    figures = tmp_path / "docs" / "figures" / "workflows"
+    assert (figures / "curves-seq2seq.png").exists() and (figures / "attention-dates.png").exists()
