@@ -44,6 +44,7 @@ __all__ = [
     "MultiHeadAttention",
     "attend_heads",
     "multihead_attention",
+    "multihead_self_attention",
     "project_heads",
     "stack_qkv",
     "stacked_projection",
@@ -150,6 +151,7 @@ def stacked_projection(
     inputs: Float[Tensor, "*batch seq layer"],
     w_qkv: Float[Tensor, "qkv layer"],
     heads: int,
+    b_qkv: Float[Tensor, " qkv"] | None = None,
 ) -> tuple[
     Float[Tensor, "*batch heads seq key"],
     Float[Tensor, "*batch heads seq key"],
@@ -161,11 +163,44 @@ def stacked_projection(
     changes how the same numbers are laid out in memory.
     """
     projected = einsum(inputs, w_qkv, "... seq layer, qkv layer -> ... seq qkv")
+    if b_qkv is not None:
+        projected = projected + b_qkv
     q, k, v = rearrange(
         projected, "... seq (three heads key) -> three ... heads seq key", three=3, heads=heads
     )
     return q, k, v
 # --8<-- [end:stacked_projection]
+
+
+# --8<-- [start:multihead_self_attention]
+@checked
+def multihead_self_attention(
+    inputs: Float[Tensor, "*batch seq layer"],
+    w_q: Float[Tensor, "heads layer key"],
+    w_k: Float[Tensor, "heads layer key"],
+    w_v: Float[Tensor, "heads layer key"],
+    w_o: Float[Tensor, "heads key layer"],
+    mask: Bool[Tensor, "*#batch #seq #seq"] | None = None,
+    b_q: Float[Tensor, "heads key"] | None = None,
+    b_k: Float[Tensor, "heads key"] | None = None,
+    b_v: Float[Tensor, "heads key"] | None = None,
+    b_o: Float[Tensor, " layer"] | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"]]:
+    r""":func:`multihead_attention` with $X_m = X$, projecting through seed 04's stacked $W_{qkv}$.
+
+    When queries, keys and values all come from $X$, one product with the tall
+    $W_{qkv}$ replaces three (as PyTorch's ``in_proj_weight`` does): the same numbers,
+    one larger matrix multiplication. Needs $|\mathsf{val}| = |\mathsf{key}|$.
+    """
+    w_qkv = stack_qkv(w_q, w_k, w_v)
+    b_qkv = None
+    if b_q is not None and b_k is not None and b_v is not None:
+        b_qkv = rearrange([b_q, b_k, b_v], "three heads key -> (three heads key)")
+    queries, keys, values = stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv)
+    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training)
+# --8<-- [end:multihead_self_attention]
 
 
 def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
@@ -219,6 +254,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.layer, self.heads, self.memory, self.key, self.val = layer, heads, memory, key, val
+        self._stackable = memory == layer and val == key
         self.dropout = dropout
         self.w_q = _uniform(heads, layer, key, fan_in=layer, fan_out=heads * key)
         self.w_k = _uniform(heads, memory, key, fan_in=memory, fan_out=heads * key)
@@ -248,10 +284,16 @@ class MultiHeadAttention(CountsParameters, nn.Module):
 
         Returns the output, or (output, per-head weights) when ``need_weights``.
         """
-        memory = inputs if memory is None else memory
-        outputs, weights = multihead_attention(
-            inputs, memory, self.w_q, self.w_k, self.w_v, self.w_o, mask,
-            self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training,
-        )  # fmt: skip
+        if memory is None and self._stackable:  # self-attention: one stacked projection
+            outputs, weights = multihead_self_attention(
+                inputs, self.w_q, self.w_k, self.w_v, self.w_o, mask,
+                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training,
+            )  # fmt: skip
+        else:
+            outputs, weights = multihead_attention(
+                inputs, inputs if memory is None else memory,
+                self.w_q, self.w_k, self.w_v, self.w_o, mask,
+                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training,
+            )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
 # --8<-- [end:MultiHeadAttention]

@@ -14,6 +14,7 @@ from named_transformer.multihead import (
     MultiHeadAttention,
     attend_heads,
     multihead_attention,
+    multihead_self_attention,
     project_heads,
     stack_qkv,
     stacked_projection,
@@ -170,6 +171,20 @@ def test_seed_04_stacked_w_qkv_is_the_same_computation():
     torch.testing.assert_close(w_qkv, to_torch(m).in_proj_weight)  # PyTorch's layout
 
 
+def test_self_attention_through_stacked_w_qkv_equals_the_general_equation():
+    m = MultiHeadAttention(LAYER, HEADS).double()
+    with torch.no_grad():
+        for b in (m.b_q, m.b_k, m.b_v, m.b_o):
+            b.normal_()
+    x, mask = torch.randn(B, SEQ, LAYER).double(), nt.causal_mask(SEQ)
+    weights = (m.w_q, m.w_k, m.w_v, m.w_o, mask, m.b_q, m.b_k, m.b_v, m.b_o)
+    stacked = multihead_self_attention(x, *weights)
+    general = multihead_attention(x, x, *weights)
+    for got, want in zip(stacked, general, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(m(x, mask=mask), general[0], atol=1e-12, rtol=0)  # module path
+
+
 def test_fully_masked_query_gives_zeros_where_torch_gives_nan():
     theirs, ours = torch_pair(torch.float64)
     inputs = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
@@ -248,6 +263,8 @@ def test_functions_reject_wrong_axis_sizes():
         attend_heads(q, kv, kv, torch.randn(HEADS + 1, 4, LAYER))
     with pytest.raises(TypeCheckError, match="w_v"):
         multihead_attention(x, x, w, w, torch.randn(HEADS, LAYER + 1, 4), torch.randn(HEADS, 4, LAYER))
+    with pytest.raises(TypeCheckError, match="w_o"):
+        multihead_self_attention(x, w, w, w, torch.randn(HEADS, 5, LAYER))
     with pytest.raises(TypeCheckError, match="w_qkv"):
         stacked_projection(x, torch.randn(3 * LAYER, LAYER + 1), HEADS)
     with pytest.raises(TypeCheckError, match="w_v"):
