@@ -91,8 +91,8 @@ def test_results_script_quick_mode(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.main(["--quick", "--out", str(tmp_path)])
-    results = tmp_path / "docs" / "workflows" / "results"
-    assert "| copy |" in (results / "summary.md").read_text()
+    results = tmp_path / "docs" / "scripts" / "workflow_results"
+    assert "| dates |" in (results / "summary.md").read_text()
     assert "| relative |" in (results / "length.md").read_text()
     assert (results / "decoding.md").exists()
     figures = tmp_path / "docs" / "figures" / "workflows"

@@ -165,3 +165,11 @@ def test_two_process_ddp_equals_one_process_on_the_same_global_batch(tmp_path):
     for key, value in single.model.state_dict().items():
         assert torch.equal(rank0[key], rank1[key]), key
         torch.testing.assert_close(rank0[key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_training_stops_early_when_asked(tmp_path):
+    trainer = make_trainer(tmp_path, evaluate=lambda m: {"score": 1.0}, eval_every=3)
+    trainer.stop = lambda metrics: metrics["score"] >= 1.0
+    trainer.fit()
+    assert trainer.step == 3
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 3
