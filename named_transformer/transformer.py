@@ -55,10 +55,29 @@ class TransformerStacks(CountsParameters, nn.Module):
         source_mask: Bool[Tensor, "*#batch #seq #seq"] | None = None,
         target_mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    ) -> Float[Tensor, "*batch seq_q layer"]:
-        """Masks are True where attention is allowed; ``target_mask`` is usually causal."""
-        memory = self.encoder(source, source_mask)
-        return self.decoder(target, memory, target_mask, memory_mask)
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch seq_q layer"]
+        | tuple[Float[Tensor, "*batch seq_q layer"], dict[str, list[Tensor]]]
+    ):
+        """Masks are True where attention is allowed; ``target_mask`` is usually causal.
+
+        With ``need_weights``, also the per-layer, per-head weights under ``"encoder"``,
+        ``"decoder_self"`` and ``"decoder_cross"``.
+        """
+        if not need_weights:
+            memory = self.encoder(source, source_mask)
+            return self.decoder(target, memory, target_mask, memory_mask)
+        memory, encoder_weights = self.encoder(source, source_mask, need_weights=True)
+        outputs, self_weights, cross_weights = self.decoder(
+            target, memory, target_mask, memory_mask, need_weights=True
+        )
+        weights = {
+            "encoder": encoder_weights,
+            "decoder_self": self_weights,
+            "decoder_cross": cross_weights,
+        }
+        return outputs, weights
 # --8<-- [end:TransformerStacks]
 
 

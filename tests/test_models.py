@@ -84,7 +84,10 @@ def test_encoder_decoder_equals_nn_transformer(dtype, norm_first, activation):
         source, target, tgt_mask=~causal,
         src_key_padding_mask=PADDING, memory_key_padding_mask=PADDING,
     )  # fmt: skip
-    torch.testing.assert_close(ours(source, target, keys, causal, keys), expected, atol=TOL[dtype], rtol=0)
+    got, weights = ours(source, target, keys, causal, keys, need_weights=True)
+    torch.testing.assert_close(got, expected, atol=TOL[dtype], rtol=0)
+    assert [len(w) for w in weights.values()] == [2, 3, 3]
+    assert weights["decoder_cross"][2].shape == (B, HEADS, SEQ_Q, SEQ)
     assert ours.num_parameters() == torch_count(theirs)
 
 
