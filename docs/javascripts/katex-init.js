@@ -25,7 +25,12 @@
       if (element.dataset.katex === "done") continue;
       var parts = strip(element.textContent);
       var display = parts[1] || element.tagName === "DIV";
-      katex.render(parts[0], element, {
+      var tex = parts[0];
+      if (display && /\$\$\s*\$\$/.test(tex)) {
+        // Two $$ displays with no blank line between reach us as one block: stack them.
+        tex = "\\begin{gathered}" + tex.split(/\$\$\s*\$\$/).join("\\\\") + "\\end{gathered}";
+      }
+      katex.render(tex, element, {
         displayMode: display,
         // A fresh copy per call: \gdef in one formula must not leak into the next.
         macros: Object.assign({}, MACROS),
