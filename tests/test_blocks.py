@@ -22,16 +22,6 @@ PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 2) + [True] * 2])  # PyT
 REAL = ~PADDING
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP waits on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-
 def test_layer_norm_module_equals_torch():
     ours, theirs = LayerNorm(LAYER, eps=1e-6), nn.LayerNorm(LAYER, eps=1e-6)
     with torch.no_grad():

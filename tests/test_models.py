@@ -24,16 +24,6 @@ REAL = ~PADDING
 TINY = TransformerConfig(encoder_layers=2, decoder_layers=3, layer=LAYER, heads=HEADS, hidden=HIDDEN)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP waits on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-
 def torch_count(module):
     return sum(p.numel() for p in module.parameters())
 

@@ -26,16 +26,6 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 2) + [True] * 2])  # PyTorch: True = pad
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP waits on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-
 def torch_pair(dtype, memory=LAYER, **options):
     theirs = nn.MultiheadAttention(
         LAYER, HEADS, kdim=memory, vdim=memory, batch_first=True, **options

@@ -18,16 +18,6 @@ from named_transformer.relative import (
 B, SEQ_Q, SEQ, LAYER, HEADS, K = 2, 3, 6, 8, 2, 2  # key = 4, distance = 5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP waits on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-
 def shaw_loop(inputs, memory, m, offset=0, mask=None):
     """e_ij = q_i (k_j + a^K_clip(j-i)) / sqrt(d), z_i = sum_j a_ij (v_j + a^V_clip(j-i))."""
     batch, seq_q, seq = inputs.shape[0], inputs.shape[1], memory.shape[1]
