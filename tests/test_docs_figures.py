@@ -16,7 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SCRIPT = DOCS / "scripts" / "make_figures.py"
-FIGURE_LINK = re.compile(r"\]\((?:\.\./)*figures/(?P<name>[\w.-]+)\.png\)")
+FIGURE_LINK = re.compile(r"\]\((?:\.\./)*figures/(?P<name>[\w./-]+?)\.(?:png|svg)\)")
 
 
 def linked_figures() -> set[str]:
@@ -41,7 +41,8 @@ def test_quick_mode_draws_every_figure(tmp_path: Path) -> None:
 
 
 def test_linked_figures_are_committed() -> None:
-    missing = [name for name in linked_figures() if not (DOCS / "figures" / f"{name}.png").is_file()]
+    figures = DOCS / "figures"
+    missing = [name for name in linked_figures() if not any(figures.glob(f"{name}.*"))]
     assert not missing, (
         f"pages link figures that are not committed under docs/figures/: {missing}; draw them "
         "with their script (docs/scripts/make_figures.py or the experiment's own) and commit them"
