@@ -164,3 +164,18 @@ def test_length_penalty_is_gnmt():
     assert length_penalty(1, 0.0) == 1.0
     assert length_penalty(7, 1.0) == pytest.approx(2.0)
     torch.testing.assert_close(length_penalty(torch.tensor([1.0, 7.0]), 0.5), torch.tensor([1.0, 2.0**0.5]))
+
+
+def test_search_functions_and_no_positions_reject_wrong_sizes():
+    from named_transformer.workflows import NoPositions
+
+    model = model_for("decoder-only", "sinusoidal", False, 7)
+    with shape_checks(True):
+        with pytest.raises(TypeCheckError, match="start"):
+            sample(IncrementalDecoder(model), torch.ones(2, dtype=torch.long), 2)
+        with pytest.raises(TypeCheckError, match="start"):
+            beam_search(IncrementalDecoder(model), torch.ones(2, dtype=torch.long), 2, eos=2)
+        with pytest.raises(TypeCheckError, match="inputs"):
+            NoPositions()(torch.ones(3))
+    inputs = torch.randn(2, 3, 4)
+    assert torch.equal(NoPositions(0.5).eval()(inputs, offset=7), inputs)

@@ -166,9 +166,7 @@ def test_collate_pads_and_builds_masks():
 
 def test_collate_lm_learns_only_the_answer():
     vocabulary = task_vocabulary("reverse")
-    batch = collate_lm(
-        [Example(tuple("12"), tuple("21")), Example(tuple("3"), tuple("3"))], vocabulary
-    )
+    batch = collate_lm([Example(tuple("12"), tuple("21")), Example(tuple("3"), tuple("3"))], vocabulary)
     e = vocabulary.encode
     # rows: 1 2 <bos> 2 1 <eos>  and  3 <bos> 3 <eos>
     assert batch.inputs.tolist() == [[*e("12"), 1, *e("21")], [*e("3"), 1, *e("3"), 0, 0]]
@@ -197,9 +195,7 @@ def test_synthetic_reviews_have_negation_intensifiers_and_consistent_labels():
     reviews = make_task("sentiment", 2000, seed=0)
     labels = Counter(target for _, target in reviews)
     assert 0.45 < labels[("positive",)] / 2000 < 0.55
-    assert any("not" in s for s, _ in reviews) and any(
-        set(s) & set(INTENSIFIERS) for s, _ in reviews
-    )
+    assert any("not" in s for s, _ in reviews) and any(set(s) & set(INTENSIFIERS) for s, _ in reviews)
     for source, (label,) in reviews:
         assert _rule_label(source) == label
     # negators are as frequent in positive as in negative reviews
@@ -246,3 +242,22 @@ def test_imdb_loader_reads_the_standard_layout(tmp_path):
     with pytest.raises(ValueError, match="split"):
         load_imdb(tmp_path, "unsup")
     assert words("It's <br />GOOD") == ("it's", "good")
+
+
+def test_bag_of_words_is_the_mean_embedding_and_rejects_wrong_sizes():
+    from jaxtyping import TypeCheckError
+
+    from named_transformer import shape_checks
+    from named_transformer.sentiment import BagOfWords
+
+    torch.manual_seed(0)
+    model = BagOfWords(vocab=11, classes=2, layer=5)
+    tokens = torch.tensor([[4, 5, 6, 0], [7, 7, 0, 0]])
+    mask = tokens != 0
+    expected = torch.stack([model.table[[4, 5, 6]].mean(0), model.table[[7, 7]].mean(0)])
+    torch.testing.assert_close(model(tokens, mask), expected @ model.w_out.T + model.b_out)
+    # word order is invisible to it
+    shuffled = torch.tensor([[6, 4, 5, 0], [7, 7, 0, 0]])
+    torch.testing.assert_close(model(shuffled, mask), model(tokens, mask))
+    with shape_checks(True), pytest.raises(TypeCheckError, match="mask"):
+        model(tokens, mask[:, :3])
