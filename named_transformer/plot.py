@@ -126,8 +126,8 @@ def table_heatmap(
 # --8<-- [start:line_plot]
 @checked
 def line_plot(
-    x: Tensor | Iterable[float],
-    curves: Mapping[str, Tensor | Iterable[float]],
+    x: Iterable[float],
+    curves: Mapping[str, Iterable[float]],
     *,
     ax: Any = None,
     title: str | None = None,
@@ -140,7 +140,8 @@ def line_plot(
 ) -> Any:
     """Draw named curves over a shared x (weights against β, variance against |key|, losses).
 
-    ``curves`` maps each legend label to its y values, one per x; ``styles`` maps a label
+    ``x`` and each curve are 1-d: lists, arrays or tensors. ``curves`` maps each legend
+    label to its y values, one per x; ``styles`` maps a label
     to extra matplotlib line options (``{"linestyle": "--"}`` for a reference curve).
     """
     ax = _axes(ax, (6.0, 3.6))
