@@ -126,8 +126,8 @@ def table_heatmap(
 # --8<-- [start:line_plot]
 @checked
 def line_plot(
-    x: Iterable[float],
-    curves: Mapping[str, Iterable[float]],
+    x: Float[Tensor, " ..."] | Iterable[float],
+    curves: Mapping[str, Float[Tensor, " ..."] | Iterable[float]],
     *,
     ax: Any = None,
     title: str | None = None,
