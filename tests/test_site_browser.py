@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -137,6 +138,47 @@ def test_every_built_page_is_tested(site_dir: Path) -> None:
         for p in site_dir.rglob("index.html")
     }
     assert built == set(PAGES), f"built pages and docs/*.md differ: {built ^ set(PAGES)}"
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name == "id" and value:
+                self.ids.add(value)
+            elif name == "href" and value and tag == "a":
+                self.links.append(value)
+
+
+def test_internal_links_and_anchors_resolve(site_dir: Path) -> None:
+    """Links added after mkdocs' own validation (hooks, mkdocstrings) point somewhere real."""
+    parsed: dict[Path, _Anchors] = {}
+
+    def parse(page: Path) -> _Anchors:
+        if page not in parsed:
+            parsed[page] = _Anchors()
+            parsed[page].feed(page.read_text())
+        return parsed[page]
+
+    broken = []
+    for page in sorted(site_dir.rglob("index.html")):
+        for link in parse(page).links:
+            target = urlparse(link)
+            if target.scheme or target.netloc or link.startswith(("mailto:", "javascript:")):
+                continue
+            file = (page.parent / unquote(target.path)).resolve() if target.path else page
+            if file.is_dir():
+                file = file / "index.html"
+            if not file.is_file():
+                broken.append(f"{page.relative_to(site_dir)}: {link} (no such page)")
+            elif target.fragment and file.suffix == ".html":
+                if unquote(target.fragment) not in parse(file).ids:
+                    broken.append(f"{page.relative_to(site_dir)}: {link} (no such anchor)")
+    assert not broken, "broken links:\n" + "\n".join(broken[:30])
 
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
