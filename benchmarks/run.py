@@ -16,7 +16,7 @@ import time
 import torch
 
 import named_transformer as nt
-from benchmarks import attention_core, modules
+from benchmarks import attention_core, decoding, modules
 from benchmarks.common import matmul_peak_gflops
 
 
@@ -42,6 +42,7 @@ def main() -> None:
     print(modules.multihead(args.quick))
     print(modules.training_step(args.quick, peak))
     print(modules.compiled(args.quick))
+    print(decoding.kv_cache(args.quick))
     print(attention_core.peak_memory(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
