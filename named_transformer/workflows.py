@@ -374,6 +374,10 @@ def load_run(path: str | Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _labels(tokens: Sequence[str]) -> list[str]:
+    return [token if token.strip() else "␣" for token in tokens]  # a visible space
+
+
 @checked
 @torch.no_grad()
 def attention_maps(
@@ -384,7 +388,7 @@ def attention_maps(
     model.eval()
     (prediction,) = decode_examples(model, spec, vocabulary, [source])
     kind, maps = spec["kind"], []
-    source_labels = list(source)
+    source_labels = _labels(source)
     if kind == "bag-of-words":
         return prediction, maps
     if kind == "classifier":
@@ -395,14 +399,14 @@ def attention_maps(
         return prediction, maps
     if kind == "decoder-only":
         batch = collate_lm([Example(tuple(source), tuple(prediction))], vocabulary)
-        labels = [*source_labels, "<bos>", *prediction]
+        labels = [*source_labels, "<bos>", *_labels(prediction)]
         _, weights = model(batch.inputs, need_weights=True)
         for i, w in enumerate(weights):
             maps.append((f"causal self-attention, layer {i + 1}", w[0], labels, labels))
         return prediction, maps
     batch = collate([Example(tuple(source), tuple(prediction))], vocabulary)
     _, weights = model(batch.source, batch.target_in, need_weights=True)
-    target_labels = ["<bos>", *prediction]
+    target_labels = ["<bos>", *_labels(prediction)]
     for name, queries, keys in (
         ("encoder", source_labels, source_labels),
         ("decoder_self", target_labels, target_labels),

@@ -49,12 +49,12 @@ EXPERIMENTS: dict[str, dict] = {
     "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 2500},
     "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 2500},
     "histogram": {"task": "histogram", "kind": "encoder-decoder", "steps": 2500},
-    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 2500},
-    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 1000},
+    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 2000},
+    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 3000},
     "sentiment-bag-of-words": {
         "task": "sentiment",
         "kind": "bag-of-words",
-        "steps": 1000,
+        "steps": 3000,
         "target": None,
     },  # fmt: skip
     **{
