@@ -70,7 +70,7 @@ def _train(args: argparse.Namespace) -> int:
         positions=args.positions, batch_size=args.batch_size, min_len=args.min_len,
         max_len=args.max_len, train_size=args.train_size, test_size=args.test_size,
         eval_every=args.eval_every, warmup=args.warmup, factor=args.factor, dropout=args.dropout,
-        progress=not args.no_progress,
+        progress=not args.no_progress, resume=args.resume,
     )  # fmt: skip
     if run["trainer"].rank != 0:
         return 0
@@ -153,6 +153,8 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--dropout", type=float, default=0.1,
                        help="the paper's 0.1; 0 trains the generated tasks faster")  # fmt: skip
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from OUT/checkpoint.pt (exactly) up to --steps")  # fmt: skip
     train.set_defaults(run=_train)
 
     evaluate = commands.add_parser("evaluate", help="score a checkpoint on held-out data")

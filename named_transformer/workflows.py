@@ -308,6 +308,7 @@ def train_task(
     dropout: float = 0.1,
     target: float | None = 1.0,
     progress: bool = True,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Train a model on ``task`` and score it on ``test_size`` held-out items.
 
@@ -316,7 +317,8 @@ def train_task(
     final score is on the ``test`` split: exact match of greedy decoding, or accuracy for
     a classifier (then also on the negation contrast set). Returns the model, its spec and
     vocabulary, the trainer (history) and the numbers; with ``directory``, writes
-    ``checkpoint.pt`` and ``metrics.json`` there.
+    ``checkpoint.pt`` and ``metrics.json`` there. With ``resume``, training continues from
+    ``directory/checkpoint.pt`` (exactly as if it had never stopped) up to ``steps``.
     """
     torch.manual_seed(seed)
     vocabulary = task_vocabulary(task, max_len)
@@ -339,9 +341,14 @@ def train_task(
         evaluate, directory, meta,
         stop=None if target is None else (lambda metrics: metrics["valid"] >= target),
     )  # fmt: skip
+    earlier = 0.0
+    if resume and directory is not None and Path(directory, "checkpoint.pt").exists():
+        trainer.load(Path(directory, "checkpoint.pt"))
+        if Path(directory, "metrics.json").exists():
+            earlier = json.loads(Path(directory, "metrics.json").read_text()).get("seconds", 0.0)
     started = time.perf_counter()
     trainer.fit()
-    seconds = time.perf_counter() - started
+    seconds = earlier + time.perf_counter() - started
     results = {
         "task": task, "kind": spec["kind"], "size": size, "positions": positions,
         "steps": trainer.step, "seconds": round(seconds, 1),

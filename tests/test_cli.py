@@ -97,3 +97,17 @@ def test_results_script_quick_mode(tmp_path):
     assert (results / "decoding.md").exists()
     figures = tmp_path / "docs" / "figures" / "workflows"
     assert (figures / "curves-seq2seq.png").exists() and (figures / "attention-dates.png").exists()
+
+
+def test_resumed_training_ends_with_the_same_weights(tmp_path, capsys):
+    import torch
+
+    fast = [*TINY[:2], "--train-size", "32", "--test-size", "2", "--eval-every", "100",
+            "--batch-size", "8", "--min-len", "2", "--max-len", "3", "--no-progress"]  # fmt: skip
+    run(capsys, "train", "copy", *fast, "--steps", "4", "--out", str(tmp_path / "a"))
+    run(capsys, "train", "copy", *fast, "--steps", "2", "--out", str(tmp_path / "b"))
+    run(capsys, "train", "copy", *fast, "--steps", "4", "--out", str(tmp_path / "b"), "--resume")
+    a = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
+    b = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    assert a["step"] == b["step"] == 4
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

@@ -45,7 +45,7 @@ LONG = (21, 40)  # the lengths of the length-generalisation test
 
 EXPERIMENTS: dict[str, dict] = {
     "copy": {"task": "copy", "kind": "encoder-decoder", "steps": 1500},
-    "reverse": {"task": "reverse", "kind": "encoder-decoder", "steps": 1500},
+    "reverse": {"task": "reverse", "kind": "encoder-decoder", "steps": 3000},
     "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 2500},
     "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 2500},
     "histogram": {"task": "histogram", "kind": "encoder-decoder", "steps": 2500},
@@ -78,17 +78,17 @@ QUICK = {
 }  # fmt: skip
 
 
-def train(names: list[str], runs: Path, quick: bool, force: bool) -> None:
+def train(names: list[str], runs: Path, quick: bool, force: bool, resume: bool = False) -> None:
     for name in names:
         directory = runs / name
-        if (directory / "metrics.json").exists() and not force:
+        if (directory / "metrics.json").exists() and not (force or resume):
             print(f"{name}: done already ({directory})")
             continue
         full = {"progress": True, "warmup": 200, "batch_size": 64, "eval_every": 200, "dropout": 0.0}
         options = {**EXPERIMENTS[name], **(QUICK if quick else full)}
         task = options.pop("task")
         print(f"{name}: training {options}", flush=True)
-        run = train_task(task, directory=directory, **options)
+        run = train_task(task, directory=directory, resume=resume, **options)
         results = run["results"]
         if name.startswith("length-"):
             data = {**run["data"], "min_len": LONG[0], "max_len": LONG[1]}
@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny models, a few steps (CI)")
     parser.add_argument("--out", type=Path, help="with --quick: where runs and outputs go")
     parser.add_argument("--force", action="store_true", help="retrain finished runs")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue finished or interrupted runs from their checkpoints")  # fmt: skip
     args = parser.parse_args(argv)
     names = args.names or (QUICK_NAMES if args.quick else list(EXPERIMENTS))
     unknown = set(names) - set(EXPERIMENTS)
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     with nt.shape_checks(args.quick):  # headline runs unchecked; the CI smoke run checked
         if args.command in ("train", "all"):
-            train(names, runs, args.quick, args.force or args.quick)
+            train(names, runs, args.quick, args.force or args.quick, args.resume)
         if args.command in ("report", "all"):
             report(runs, docs, list(EXPERIMENTS), args.quick)
     torch.set_num_threads(threads)
