@@ -103,7 +103,7 @@ def test_resumed_training_ends_with_the_same_weights(tmp_path, capsys):
     import torch
 
     fast = [*TINY[:2], "--train-size", "32", "--test-size", "2", "--eval-every", "100",
-            "--batch-size", "8", "--min-len", "2", "--max-len", "3", "--no-progress"]  # fmt: skip
+            "--batch-size", "8", "--min-len", "2", "--max-len", "4", "--no-progress"]  # fmt: skip
     run(capsys, "train", "copy", *fast, "--steps", "4", "--out", str(tmp_path / "a"))
     run(capsys, "train", "copy", *fast, "--steps", "2", "--out", str(tmp_path / "b"))
     run(capsys, "train", "copy", *fast, "--steps", "4", "--out", str(tmp_path / "b"), "--resume")
