@@ -44,12 +44,14 @@ from named_transformer.tasks import collate, make_task, task_vocabulary  # noqa:
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
 FULL = dict(
-    steps=900, batch=64, lr=3e-3, min_len=5, max_len=40, spread=2, eval_per_length=40,
-    layer=32, hidden=64, attention=64, teacher_forcing=1.0,
-    dates_steps=700, dates_hidden=48, dates_layer=24, dpi=110,
+    steps=1500, baseline_steps=3000, batch=64, lr=3e-3, min_len=5, max_len=40, spread=2,
+    eval_per_length=40,
+    layer=32, hidden=64, attention=32, teacher_forcing=1.0,
+    dates_steps=600, dates_hidden=48, dates_layer=24, dpi=110,
 )  # fmt: skip
 QUICK = dict(
-    steps=2, batch=4, lr=3e-3, min_len=5, max_len=7, spread=1, eval_per_length=1,
+    steps=2, baseline_steps=3, batch=4, lr=3e-3, min_len=5, max_len=7, spread=1,
+    eval_per_length=1,
     layer=8, hidden=8, attention=8, teacher_forcing=0.9,
     dates_steps=1, dates_hidden=8, dates_layer=8, dpi=30,
 )  # fmt: skip
@@ -96,6 +98,10 @@ def logits_of(model, batch, teacher_forcing: float):
 
 def train(model, make_batch, steps: int, cfg: dict, vocab, label: str) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    # constant for the first half, then linear decay to a tenth: the same shape for every model
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, 1.0 - 1.8 * (step / steps - 0.5))
+    )
     losses, start = [], time.time()
     for step in range(steps):
         batch = make_batch(step, cfg, vocab)
@@ -109,6 +115,7 @@ def train(model, make_batch, steps: int, cfg: dict, vocab, label: str) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        schedule.step()
         losses.append(loss.item())
         if step % 100 == 0 or step == steps - 1:
             print(f"  {label:32s} step {step:4d}  loss {loss.item():.4f}  "
@@ -164,10 +171,11 @@ def table(results: dict, cfg: dict) -> str:
             values = [curve[str(n)] for n in range(a, b + 1)]
             cells.append(f"{100 * sum(values) / len(values):.1f} %")
         lines.append(f"| {a}–{b} | " + " | ".join(cells) + " |")
-    for key, label in (("parameters", "parameters"), ("train_seconds", "training wall time")):
+    for key, label in (("parameters", "parameters"), ("updates", f"updates of {cfg['batch']}"),
+                       ("train_seconds", "training wall time")):
         cells = [
-            f"{results['models'][n][key]:,}" if key == "parameters"
-            else f"{results['models'][n][key]:.0f} s" for n in names
+            f"{results['models'][n][key]:.0f} s" if key == "train_seconds"
+            else f"{results['models'][n][key]:,}" for n in names
         ]
         lines.append(f"| *{label}* | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -188,15 +196,15 @@ def length_figure(results: dict, path: Path, dpi: int) -> None:
 
 
 def loss_figure(histories: dict[str, list[float]], path: Path, dpi: int) -> None:
-    window = 20
-    smooth = {
-        name: [sum(h[max(0, i - window + 1) : i + 1]) / len(h[max(0, i - window + 1) : i + 1])
-               for i in range(len(h))]
-        for name, h in histories.items()
-    }
-    steps = range(1, len(next(iter(histories.values()))) + 1)
-    ax = plot.line_plot(steps, smooth, logy=True, xlabel="update", ylabel="cross-entropy (nats)",
-                        title="Training loss (mean of the last 20 updates)")
+    window = 50
+    ax = None
+    for name, h in histories.items():
+        smooth = [sum(h[max(0, i - window + 1) : i + 1]) / len(h[max(0, i - window + 1) : i + 1])
+                  for i in range(len(h))]
+        ax = plot.line_plot(range(1, len(h) + 1), {name: smooth}, ax=ax, logy=True,
+                            xlabel="update", ylabel="cross-entropy (nats)",
+                            title=f"Training loss (mean of the last {window} updates)")
+    ax.legend(list(histories), fontsize=8)
     ax.figure.savefig(path, dpi=dpi)
     plt.close(ax.figure)
 
@@ -251,14 +259,17 @@ def main(argv: list[str] | None = None) -> None:
     models = build_models(len(vocab), cfg)
     results = {"config": cfg, "models": {}}
     histories = {}
-    for name, model in models.items():
-        print(f"training {name} ({parameters(model):,} parameters)", flush=True)
-        trained = train(model, copy_batch, cfg["steps"], cfg, vocab, name)
+    for name in (*MODELS[1:], MODELS[0]):  # the cheap baselines first
+        model = models[name]
+        steps = cfg["steps"] if name == "attention" else cfg["baseline_steps"]
+        print(f"training {name} ({parameters(model):,} parameters, {steps} updates)", flush=True)
+        trained = train(model, copy_batch, steps, cfg, vocab, name)
         histories[name] = trained["losses"]
         curve = length_curve(model, cfg, vocab)
         short = [v for n, v in curve.items() if n <= 10]
         results["models"][name] = {
             "parameters": parameters(model),
+            "updates": steps,
             "train_seconds": round(trained["seconds"], 1),
             "final_loss": sum(trained["losses"][-20:]) / len(trained["losses"][-20:]),
             "exact_match_up_to_10": sum(short) / len(short),
@@ -267,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  exact match ≤10: {100 * sum(short) / len(short):.1f} %, "
               f"all: {100 * sum(curve.values()) / len(curve):.1f} %", flush=True)
 
+    results["models"] = {name: results["models"][name] for name in MODELS}
     length_figure(results, args.out / "bahdanau-length.png", cfg["dpi"])
     loss_figure(histories, args.out / "bahdanau-loss.png", cfg["dpi"])
     long_copy = make_task("copy", 1, seed=7, split="test", min_len=min(28, cfg["max_len"]),
