@@ -45,7 +45,7 @@ __all__ = [
     "AttentionDecoder",
     "BahdanauSeq2Seq",
     "BidirectionalEncoder",
-    "EncoderDecoder",
+    "RNNEncoderDecoder",
     "FixedContextDecoder",
     "bahdanau_attention",
     "bidirectional_annotations",
@@ -425,8 +425,8 @@ class BahdanauSeq2Seq(nn.Module):
 # --8<-- [end:BahdanauSeq2Seq]
 
 
-# --8<-- [start:EncoderDecoder]
-class EncoderDecoder(nn.Module):
+# --8<-- [start:RNNEncoderDecoder]
+class RNNEncoderDecoder(nn.Module):
     r"""The basic encoder–decoder: a GRU reads the source into one vector $c$, its last state.
 
     With ``reverse_source=True`` the source is read backwards (Sutskever et al., 2014,
@@ -485,4 +485,4 @@ class EncoderDecoder(nn.Module):
         )
         tokens = logits.argmax(-1)  # allow-raw: greedy choice over vocab
         return _truncate_after_eos(tokens, self.eos, self.pad)
-# --8<-- [end:EncoderDecoder]
+# --8<-- [end:RNNEncoderDecoder]

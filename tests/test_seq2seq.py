@@ -14,8 +14,8 @@ from named_transformer.seq2seq import (
     AttentionDecoder,
     BahdanauSeq2Seq,
     BidirectionalEncoder,
-    EncoderDecoder,
     FixedContextDecoder,
+    RNNEncoderDecoder,
     bahdanau_attention,
     bidirectional_annotations,
     readout,
@@ -85,8 +85,8 @@ def test_reverse_padded_keeps_padding_at_the_end():
 
 def test_source_reversal_reads_the_reversed_source():
     torch.manual_seed(2)
-    reversed_model = EncoderDecoder(VOCAB, LAYER, HIDDEN, reverse_source=True)
-    plain = EncoderDecoder(VOCAB, LAYER, HIDDEN)
+    reversed_model = RNNEncoderDecoder(VOCAB, LAYER, HIDDEN, reverse_source=True)
+    plain = RNNEncoderDecoder(VOCAB, LAYER, HIDDEN)
     plain.load_state_dict(reversed_model.state_dict())
     tokens, lengths = batch_of([5, 3, 1], seq=6)
     torch.testing.assert_close(reversed_model.encode(tokens, lengths),
@@ -95,7 +95,7 @@ def test_source_reversal_reads_the_reversed_source():
 
 def test_baseline_context_is_the_last_real_state():
     torch.manual_seed(3)
-    model = EncoderDecoder(VOCAB, LAYER, HIDDEN)
+    model = RNNEncoderDecoder(VOCAB, LAYER, HIDDEN)
     tokens, lengths = batch_of([5, 2], seq=7)
     context = model.encode(tokens, lengths)
     for b, n in enumerate(lengths.tolist()):
@@ -170,7 +170,7 @@ def test_teacher_forcing_ratio_between_mixes_truth_and_prediction():
 
 def test_greedy_decoding_stops_and_pads_after_eos():
     torch.manual_seed(9)
-    model = EncoderDecoder(VOCAB, LAYER, HIDDEN, decoder_hidden=DEC, eos=2, pad=0)
+    model = RNNEncoderDecoder(VOCAB, LAYER, HIDDEN, decoder_hidden=DEC, eos=2, pad=0)
     with torch.no_grad():  # make eos the only choice after the first step
         model.decoder.b_out.fill_(-10.0)
         model.decoder.b_out[2] = 10.0
@@ -257,7 +257,7 @@ def test_modules_reject_wrong_sizes():
     with pytest.raises(TypeCheckError, match="mask"):
         decoder(torch.randn(2, 3, 2 * HIDDEN), torch.ones(2, 4, dtype=torch.bool),
                 torch.randn(2, HIDDEN), torch.zeros(2, 2, dtype=torch.long), 1)
-    model = EncoderDecoder(VOCAB, LAYER, HIDDEN)
+    model = RNNEncoderDecoder(VOCAB, LAYER, HIDDEN)
     with pytest.raises(TypeCheckError, match="lengths"):
         model(tokens, lengths[:1], tokens)
 
@@ -268,7 +268,7 @@ def test_bad_configuration_is_a_clear_error():
     with pytest.raises(ValueError, match="dot score needs hidden == annotation"):
         BahdanauSeq2Seq(VOCAB, LAYER, HIDDEN, decoder_hidden=DEC, score="dot")
     with pytest.raises(ValueError, match="hidden"):
-        EncoderDecoder(VOCAB, LAYER, 0)
+        RNNEncoderDecoder(VOCAB, LAYER, 0)
 
 
 def test_experiment_script_quick_mode(tmp_path):

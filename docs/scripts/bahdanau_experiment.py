@@ -9,7 +9,7 @@ batches, in the same order, for the same number of updates — on the ``copy`` t
 
 * ``attention``: :class:`~named_transformer.seq2seq.BahdanauSeq2Seq` (bidirectional GRU
   encoder, additive alignment);
-* ``fixed context``: :class:`~named_transformer.seq2seq.EncoderDecoder`, the decoder sees
+* ``fixed context``: :class:`~named_transformer.seq2seq.RNNEncoderDecoder`, the decoder sees
   only the encoder's last state $c$;
 * ``fixed context, reversed source``: the same with Sutskever et al.'s reversal.
 
@@ -38,7 +38,7 @@ from einops import rearrange  # noqa: E402
 
 import named_transformer as nt  # noqa: E402
 from named_transformer import plot  # noqa: E402
-from named_transformer.seq2seq import BahdanauSeq2Seq, EncoderDecoder  # noqa: E402
+from named_transformer.seq2seq import BahdanauSeq2Seq, RNNEncoderDecoder  # noqa: E402
 from named_transformer.tasks import collate, make_task, task_vocabulary  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
@@ -69,12 +69,12 @@ def build_models(vocab: int, cfg: dict) -> dict[str, torch.nn.Module]:
     target = parameters(attention)
     width = min(
         range(4, 8 * cfg["hidden"]),
-        key=lambda h: abs(parameters(EncoderDecoder(vocab, cfg["layer"], h)) - target),
+        key=lambda h: abs(parameters(RNNEncoderDecoder(vocab, cfg["layer"], h)) - target),
     )
     models = {"attention": attention}
     for name, reverse in zip(MODELS[1:], (False, True), strict=True):
         torch.manual_seed(0)
-        models[name] = EncoderDecoder(vocab, cfg["layer"], width, reverse_source=reverse)
+        models[name] = RNNEncoderDecoder(vocab, cfg["layer"], width, reverse_source=reverse)
     return models
 
 
