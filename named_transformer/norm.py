@@ -10,6 +10,7 @@ the same thing without $\epsilon$.
 
 from __future__ import annotations
 
+import torch
 from einops import reduce
 from jaxtyping import Float
 from torch import Tensor
@@ -27,7 +28,7 @@ def standardize(
     r"""$\dfrac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}}$ (biased variance)."""
     mean = reduce(inputs, "... layer -> ... 1", "mean")
     centred = inputs - mean
-    variance = reduce(centred**2, "... layer -> ... 1", "mean")
+    variance = reduce(centred * centred, "... layer -> ... 1", "mean")  # x * x: pow backward is slower
     return centred * (variance + eps).rsqrt()
 # --8<-- [end:standardize]
 
@@ -41,5 +42,5 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Float[Tensor, "*batch layer"]:
     r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$."""
-    return standardize(inputs, eps) * gamma + beta
+    return torch.addcmul(beta, standardize(inputs, eps), gamma)  # beta + x̂ ⊙ gamma, one pass
 # --8<-- [end:layer_norm]
