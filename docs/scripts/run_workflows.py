@@ -48,13 +48,19 @@ EXPERIMENTS: dict[str, dict] = {
     "reverse": {"task": "reverse", "kind": "encoder-decoder", "steps": 3000},
     "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 2500},
     "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 2500},
-    "histogram": {"task": "histogram", "kind": "encoder-decoder", "steps": 2500},
-    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 2000},
-    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 3000},
+    "histogram": {
+        "task": "histogram",
+        "kind": "encoder-decoder",
+        "steps": 2500,
+        "factor": 0.5,
+        "warmup": 400,
+    },  # fmt: skip
+    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 3000},
+    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 8000},
     "sentiment-bag-of-words": {
         "task": "sentiment",
         "kind": "bag-of-words",
-        "steps": 3000,
+        "steps": 8000,
         "target": None,
     },  # fmt: skip
     **{
@@ -85,7 +91,7 @@ def train(names: list[str], runs: Path, quick: bool, force: bool, resume: bool =
             print(f"{name}: done already ({directory})")
             continue
         full = {"progress": True, "warmup": 200, "batch_size": 64, "eval_every": 200, "dropout": 0.0}
-        options = {**EXPERIMENTS[name], **(QUICK if quick else full)}
+        options = {**EXPERIMENTS[name], **QUICK} if quick else {**full, **EXPERIMENTS[name]}
         task = options.pop("task")
         print(f"{name}: training {options}", flush=True)
         run = train_task(task, directory=directory, resume=resume, **options)
