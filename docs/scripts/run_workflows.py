@@ -51,16 +51,16 @@ EXPERIMENTS: dict[str, dict] = {
     "histogram": {
         "task": "histogram",
         "kind": "encoder-decoder",
-        "steps": 2500,
+        "steps": 4000,
         "factor": 0.5,
         "warmup": 400,
     },  # fmt: skip
     "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 3000},
-    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 8000},
+    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 16000},
     "sentiment-bag-of-words": {
         "task": "sentiment",
         "kind": "bag-of-words",
-        "steps": 8000,
+        "steps": 16000,
         "target": None,
     },  # fmt: skip
     **{
