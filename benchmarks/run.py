@@ -34,8 +34,9 @@ def main() -> None:
     started = time.perf_counter()
     torch.manual_seed(0)
     peak = matmul_peak_gflops(256 if args.quick else 1024, 3 if args.quick else 20)
-    print(f"# Benchmarks{' (quick mode: numbers are meaningless)' if args.quick else ''}")
-    print(f"\nMachine: {machine()}; float32 matmul peak {peak:.0f} GFLOP/s")
+    if args.quick:
+        print("Quick mode: tiny sizes, few repeats; the numbers mean nothing.\n")
+    print(f"Machine: {machine()}; float32 matmul peak {peak:.0f} GFLOP/s")
     with nt.shape_checks(False):
         print(attention_core.attention_vs_sdpa(args.quick))
         print(attention_core.score_zoo(args.quick))
