@@ -21,9 +21,10 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.encoder import _Stack
 from named_transformer.multihead import MultiHeadAttention
 from named_transformer.parameters import CountsParameters
-from named_transformer.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.sublayers import FeedForward, Residual
 
 __all__ = ["Decoder", "DecoderLayer"]
 
@@ -98,33 +99,10 @@ class DecoderLayer(CountsParameters, nn.Module):
 
 
 # --8<-- [start:Decoder]
-class Decoder(CountsParameters, nn.Module):
+class Decoder(_Stack):
     r"""A stack of decoder layers sharing one memory, optionally with a final LayerNorm."""
 
-    def __init__(
-        self, layers: list[DecoderLayer] | nn.ModuleList, norm: LayerNorm | None = None
-    ) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(layers)
-        self.norm = norm
-
-    @classmethod
-    def build(
-        cls,
-        num_layers: int = 6,
-        layer: int = 512,
-        heads: int = 8,
-        hidden: int = 2048,
-        *,
-        final_norm: bool = False,
-        eps: float = 1e-5,
-        **options,
-    ) -> Decoder:
-        """``num_layers`` fresh :class:`DecoderLayer` (``options`` go to each layer)."""
-        if num_layers < 1:
-            raise ValueError(f"a decoder needs at least one layer, got num_layers={num_layers}")
-        layers = [DecoderLayer(layer, heads, hidden, eps=eps, **options) for _ in range(num_layers)]
-        return cls(layers, LayerNorm(layer, eps) if final_norm else None)
+    layer_type = DecoderLayer
 
     @checked
     def forward(

@@ -79,13 +79,12 @@ class EncoderLayer(CountsParameters, nn.Module):
 # --8<-- [end:EncoderLayer]
 
 
-# --8<-- [start:Encoder]
-class Encoder(CountsParameters, nn.Module):
-    r"""A stack of encoder layers, optionally followed by a final LayerNorm."""
+class _Stack(CountsParameters, nn.Module):
+    """N layers of one kind, optionally followed by a final LayerNorm (shared by both stacks)."""
 
-    def __init__(
-        self, layers: list[EncoderLayer] | nn.ModuleList, norm: LayerNorm | None = None
-    ) -> None:
+    layer_type: type[nn.Module]
+
+    def __init__(self, layers: list[nn.Module] | nn.ModuleList, norm: LayerNorm | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = norm
@@ -101,12 +100,19 @@ class Encoder(CountsParameters, nn.Module):
         final_norm: bool = False,
         eps: float = 1e-5,
         **options,
-    ) -> Encoder:
-        """``num_layers`` fresh :class:`EncoderLayer` (``options`` go to each layer)."""
+    ) -> _Stack:
+        """``num_layers`` fresh layers (``options`` go to each layer)."""
         if num_layers < 1:
-            raise ValueError(f"an encoder needs at least one layer, got num_layers={num_layers}")
-        layers = [EncoderLayer(layer, heads, hidden, eps=eps, **options) for _ in range(num_layers)]
+            raise ValueError(f"{cls.__name__} needs at least one layer, got num_layers={num_layers}")
+        layers = [cls.layer_type(layer, heads, hidden, eps=eps, **options) for _ in range(num_layers)]
         return cls(layers, LayerNorm(layer, eps) if final_norm else None)
+
+
+# --8<-- [start:Encoder]
+class Encoder(_Stack):
+    r"""A stack of encoder layers, optionally followed by a final LayerNorm."""
+
+    layer_type = EncoderLayer
 
     @checked
     def forward(
