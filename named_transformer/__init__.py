@@ -26,6 +26,7 @@ from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
 from named_transformer.multihead import (
     MultiHeadAttention,
     attend_heads,
+    merge_heads,
     multihead_attention,
     multihead_self_attention,
     project_heads,
@@ -132,6 +133,7 @@ __all__ = [
     "LanguageModel",
     "MultiHeadAttention",
     "attend_heads",
+    "merge_heads",
     "multihead_attention",
     "multihead_self_attention",
     "project_heads",

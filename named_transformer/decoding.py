@@ -29,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from einops import einsum, pack, rearrange, repeat
+from einops import pack, rearrange, repeat
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.masks import causal_mask
-from named_transformer.multihead import MultiHeadAttention, attend_heads, project_heads
+from named_transformer.multihead import MultiHeadAttention, attend_heads, merge_heads, project_heads
 from named_transformer.positions import relative_position_index
 from named_transformer.relative import (
     RelativeMultiHeadAttention,
@@ -78,9 +78,7 @@ def _cached_attention(
         index = relative_position_index(seq_q, seq, attention.max_distance, offset=offset, device=inputs.device)
         lifted = None if mask is None else rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")
         weights = relative_attention_weights(queries, keys, attention.a_k, index, lifted)
-        heads_out = relative_attend(weights, values, attention.a_v, index)
-        outputs = einsum(heads_out, attention.w_o, "... heads seq_q val, heads val layer -> ... seq_q layer")
-        return outputs if attention.b_o is None else outputs + attention.b_o
+        return merge_heads(relative_attend(weights, values, attention.a_v, index), attention.w_o, attention.b_o)
     outputs, _ = attend_heads(queries, keys, values, attention.w_o, attention.b_o, mask)
     return outputs
 

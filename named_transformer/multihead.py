@@ -43,6 +43,7 @@ from named_transformer.parameters import CountsParameters
 __all__ = [
     "MultiHeadAttention",
     "attend_heads",
+    "merge_heads",
     "multihead_attention",
     "multihead_self_attention",
     "project_heads",
@@ -94,12 +95,25 @@ def attend_heads(
         mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
     weights = attention_weights(queries, keys, mask)
     dropped = F.dropout(weights, dropout, training) if dropout > 0.0 else weights
-    heads_out = attend(dropped, values)
-    outputs = einsum(heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer")
-    if b_o is not None:
-        outputs = outputs + b_o
-    return outputs, weights
+    return merge_heads(attend(dropped, values), w_o, b_o), weights
 # --8<-- [end:attend_heads]
+
+
+# --8<-- [start:merge_heads]
+@checked
+def merge_heads(
+    heads_out: Float[Tensor, "*batch heads seq_q val"],
+    w_o: Float[Tensor, "heads val layer"],
+    b_o: Float[Tensor, " layer"] | None = None,
+) -> Float[Tensor, "*batch seq_q layer"]:
+    r"""$W^O \ndot{heads, val} Y (+ b^O)$: contract the heads and their values back to $\mathsf{layer}$.
+
+    One contraction over two axes: the "concatenate the heads, then a linear layer" of
+    seeds 01 and 04, without the concatenation.
+    """
+    outputs = einsum(heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer")
+    return outputs if b_o is None else outputs + b_o
+# --8<-- [end:merge_heads]
 
 
 # --8<-- [start:multihead_attention]

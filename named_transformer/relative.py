@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from named_transformer.attention import attend
 from named_transformer.axes import checked
-from named_transformer.multihead import MultiHeadAttention, project_heads
+from named_transformer.multihead import MultiHeadAttention, merge_heads, project_heads
 from named_transformer.positions import relative_position_index
 from named_transformer.scores import scaled_dot_score
 from named_transformer.softmax import softmax
@@ -114,9 +114,7 @@ def relative_multihead_attention(
         mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
     weights = relative_attention_weights(queries, keys, a_k, index, mask)
     dropped = F.dropout(weights, dropout, training) if dropout > 0.0 else weights
-    heads_out = relative_attend(dropped, values, a_v, index)
-    outputs = einsum(heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer")
-    return (outputs + b_o if b_o is not None else outputs), weights
+    return merge_heads(relative_attend(dropped, values, a_v, index), w_o, b_o), weights
 # --8<-- [end:relative_multihead_attention]
 
 

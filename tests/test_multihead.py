@@ -261,3 +261,16 @@ def test_functions_reject_wrong_axis_sizes():
         stack_qkv(w, w, torch.randn(HEADS, LAYER, 5))
     with pytest.raises(TypeCheckError, match="key_padding_mask"):
         mask_from_torch(None, torch.ones(B, SEQ, SEQ, dtype=torch.bool))
+
+
+def test_merge_heads_is_concatenate_then_linear_and_names_a_wrong_size():
+    from jaxtyping import TypeCheckError
+
+    from named_transformer import merge_heads
+
+    heads_out, w_o, b_o = torch.randn(2, 3, 5, 4), torch.randn(3, 4, 6), torch.randn(6)  # batch heads seq_q val
+    concatenated = heads_out.permute(0, 2, 1, 3).reshape(2, 5, 12)  # seeds 01/04: [head_1; ...; head_h]
+    expected = concatenated @ w_o.reshape(12, 6) + b_o
+    torch.testing.assert_close(merge_heads(heads_out, w_o, b_o), expected)
+    with pytest.raises(TypeCheckError, match="parameter 'w_o'"):
+        merge_heads(heads_out, torch.randn(3, 5, 6))
