@@ -35,7 +35,14 @@ from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.masks import causal_mask
-from named_transformer.multihead import MultiHeadAttention, attend_heads, merge_heads, project_heads
+from named_transformer.multihead import (
+    MultiHeadAttention,
+    attend_heads,
+    merge_heads,
+    project_heads,
+    stack_qkv,
+    stacked_projection,
+)
 from named_transformer.positions import relative_position_index
 from named_transformer.relative import (
     RelativeMultiHeadAttention,
@@ -61,21 +68,37 @@ class _LayerCache:
     values: Tensor | None = None
     memory_keys: Tensor | None = None
     memory_values: Tensor | None = None
+    w_qkv: Tensor | None = None  # the self-attention's stacked W_qkv, built once per decoding
+    b_qkv: Tensor | None = None
+
+
+def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
+    """Seed 04's W_qkv (and b_qkv) of a self-attention, for one product per cached step.
+
+    The weights do not change while decoding, so the stacking is paid once; each step
+    then projects the new tokens with one matrix product instead of three. (Not when
+    values are wider than keys: then the three projections stay separate.)
+    """
+    if not attention._stackable:
+        return
+    entry.w_qkv = stack_qkv(attention.w_q, attention.w_k, attention.w_v)
+    if attention.b_q is not None:
+        biases = [attention.b_q, attention.b_k, attention.b_v]
+        entry.b_qkv = rearrange(biases, "three heads key -> (three heads key)")
 
 
 def _cached_attention(
     attention: MultiHeadAttention,
-    inputs: Tensor,
+    queries: Tensor,
     keys: Tensor,
     values: Tensor,
     mask: Tensor | None,
     offset: int,
 ) -> Tensor:
     """Attention of new queries over (cached + new) keys and values: the modules' own equations."""
-    queries = project_heads(inputs, attention.w_q, attention.b_q)
     if isinstance(attention, RelativeMultiHeadAttention):
         seq_q, seq = queries.shape[-2], keys.shape[-2]
-        index = relative_position_index(seq_q, seq, attention.max_distance, offset=offset, device=inputs.device)
+        index = relative_position_index(seq_q, seq, attention.max_distance, offset=offset, device=queries.device)
         lifted = None if mask is None else rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")
         weights = relative_attention_weights(queries, keys, attention.a_k, index, lifted)
         return merge_heads(relative_attend(weights, values, attention.a_v, index), attention.w_o, attention.b_o)
@@ -118,6 +141,9 @@ class IncrementalDecoder:
         self.layers = list(layers)
         self.caches = [_LayerCache() for _ in self.layers]
         self.length = 0
+        if cache:
+            for layer, entry in zip(self.layers, self.caches, strict=True):
+                _stacked_weights(layer.self_attention, entry)
         if cache and self.encoder_decoder:
             for layer, entry in zip(self.layers, self.caches, strict=True):
                 attention = layer.cross_attention
@@ -154,7 +180,8 @@ class IncrementalDecoder:
         else:
             hidden = model.positions(model.embedding(new), offset)
         seq_q = new.shape[-1]
-        mask = causal_mask(seq_q, offset + seq_q, offset=offset, device=new.device)
+        # one new token may see every cached position and itself: no mask to apply
+        mask = None if seq_q == 1 else causal_mask(seq_q, offset + seq_q, offset=offset, device=new.device)
         for layer, entry in zip(self.layers, self.caches, strict=True):
             hidden = self._layer(layer, entry, hidden, mask, offset)
         stack = model.stacks.decoder if self.encoder_decoder else model.blocks
@@ -165,13 +192,19 @@ class IncrementalDecoder:
     def _layer(self, layer, entry: _LayerCache, hidden, mask, offset):
         def self_attend(x: Tensor) -> Tensor:
             attention = layer.self_attention
-            entry.keys = _grow(entry.keys, project_heads(x, attention.w_k, attention.b_k))
-            entry.values = _grow(entry.values, project_heads(x, attention.w_v, attention.b_v))
-            return _cached_attention(attention, x, entry.keys, entry.values, mask, offset)
+            if entry.w_qkv is None:
+                queries = project_heads(x, attention.w_q, attention.b_q)
+                keys = project_heads(x, attention.w_k, attention.b_k)
+                values = project_heads(x, attention.w_v, attention.b_v)
+            else:
+                queries, keys, values = stacked_projection(x, entry.w_qkv, attention.heads, entry.b_qkv)
+            entry.keys, entry.values = _grow(entry.keys, keys), _grow(entry.values, values)
+            return _cached_attention(attention, queries, entry.keys, entry.values, mask, offset)
 
         def cross_attend(x: Tensor) -> Tensor:
             attention = layer.cross_attention
-            return _cached_attention(attention, x, entry.memory_keys, entry.memory_values, self.source_mask, 0)
+            queries = project_heads(x, attention.w_q, attention.b_q)
+            return _cached_attention(attention, queries, entry.memory_keys, entry.memory_values, self.source_mask, 0)
 
         if self.encoder_decoder:
             hidden = layer.self_attention_residual(hidden, self_attend)

@@ -14,6 +14,7 @@ import torch
 from einops import reduce
 from jaxtyping import Float
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from named_transformer.axes import checked
 
@@ -25,11 +26,43 @@ __all__ = ["layer_norm", "standardize"]
 def standardize(
     inputs: Float[Tensor, "*batch layer"], eps: float = 1e-5
 ) -> Float[Tensor, "*batch layer"]:
-    r"""$\dfrac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}}$ (biased variance)."""
-    mean = reduce(inputs, "... layer -> ... 1", "mean")
-    centred = inputs - mean
-    variance = reduce(centred * centred, "... layer -> ... 1", "mean")  # x * x: pow backward is slower
-    return centred * (variance + eps).rsqrt()
+    r"""$\hat X = \dfrac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}}$ (biased variance).
+
+    Its gradient is written out (``_Standardize`` below) rather than left to autograd.
+    """
+    return _Standardize.apply(inputs, eps)
+
+
+class _Standardize(torch.autograd.Function):
+    r"""Standardisation with its gradient in named form: for $G = \partial L / \partial \hat X$,
+
+    $$\frac{\partial L}{\partial X} = \frac{1}{\sigma}\Big(G - \nfun{layer}{mean} G
+      - \hat X \odot \nfun{layer}{mean} (G \odot \hat X)\Big),
+      \qquad \sigma = \sqrt{\nfun{layer}{var} X + \epsilon}.$$
+
+    Autograd would differentiate the forward pass operation by operation (two means, a
+    subtraction, a square, a reciprocal square root, each with its own backward pass
+    over the whole tensor); the closed form needs two means and three products.
+    """
+
+    @staticmethod
+    def forward(ctx, inputs: Tensor, eps: float) -> Tensor:
+        mean = reduce(inputs, "... layer -> ... 1", "mean")
+        centred = inputs - mean
+        variance = reduce(centred * centred, "... layer -> ... 1", "mean")
+        inverse_sigma = (variance + eps).rsqrt()
+        normalised = centred * inverse_sigma
+        ctx.save_for_backward(normalised, inverse_sigma)
+        return normalised
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        normalised, inverse_sigma = ctx.saved_tensors
+        mean_grad = reduce(grad, "... layer -> ... 1", "mean")
+        mean_projection = reduce(grad * normalised, "... layer -> ... 1", "mean")
+        centred_grad = torch.addcmul(grad - mean_grad, normalised, mean_projection, value=-1.0)
+        return centred_grad * inverse_sigma, None
 # --8<-- [end:standardize]
 
 

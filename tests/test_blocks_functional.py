@@ -33,6 +33,23 @@ def test_standardize_and_layer_norm_equal_f_layer_norm():
     torch.testing.assert_close(nt.layer_norm(x, gamma, beta, 1e-6), F.layer_norm(x, (LAYER,), gamma, beta, 1e-6))
 
 
+def test_layer_norm_written_out_gradient_equals_f_layer_norm_gradient():
+    x = (torch.randn(3, SEQ, LAYER) * 4 + 2).requires_grad_()
+    gamma, beta = torch.randn(LAYER, requires_grad=True), torch.randn(LAYER, requires_grad=True)
+    upstream = torch.randn(3, SEQ, LAYER)
+    ours = torch.autograd.grad(nt.layer_norm(x, gamma, beta), (x, gamma, beta), upstream)
+    theirs = torch.autograd.grad(F.layer_norm(x, (LAYER,), gamma, beta), (x, gamma, beta), upstream)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_standardize_refuses_a_second_derivative_rather_than_giving_a_wrong_one():
+    x = torch.randn(2, LAYER, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(nt.standardize(x).pow(3).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|twice"):
+        grad.sum().backward()
+
+
 def test_gradcheck_layer_norm_and_feed_forward():
     def t(*shape):
         return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
