@@ -64,7 +64,7 @@ __all__ = [
 
 @dataclass
 class _LayerCache:
-    keys: Tensor | None = None  # batch heads seq key
+    keys: Tensor | None = None  # batch heads seq key, with spare room along seq
     values: Tensor | None = None
     memory_keys: Tensor | None = None
     memory_values: Tensor | None = None
@@ -106,9 +106,20 @@ def _cached_attention(
     return outputs
 
 
-def _grow(old: Tensor | None, new: Tensor) -> Tensor:
-    """Append new positions to a cached ``batch heads seq key`` tensor (einops ``pack``)."""
-    return new if old is None else pack([old, new], "batch heads * key")[0]
+def _grow(buffer: Tensor | None, length: int, new: Tensor) -> Tensor:
+    """Write ``new`` positions after the first ``length`` of a ``batch heads seq key`` buffer.
+
+    The buffer has room to spare (its capacity doubles when full), so a step writes only
+    its own keys and values instead of copying the whole cache into a longer tensor.
+    """
+    needed = length + new.shape[-2]
+    if buffer is None or needed > buffer.shape[-2]:
+        larger = new.new_empty(*new.shape[:-2], max(2 * needed, 16), new.shape[-1])
+        if buffer is not None:
+            larger[..., :length, :] = buffer[..., :length, :]
+        buffer = larger
+    buffer[..., length:needed, :] = new
+    return buffer
 
 
 # --8<-- [start:IncrementalDecoder]
@@ -198,8 +209,10 @@ class IncrementalDecoder:
                 values = project_heads(x, attention.w_v, attention.b_v)
             else:
                 queries, keys, values = stacked_projection(x, entry.w_qkv, attention.heads, entry.b_qkv)
-            entry.keys, entry.values = _grow(entry.keys, keys), _grow(entry.values, values)
-            return _cached_attention(attention, queries, entry.keys, entry.values, mask, offset)
+            entry.keys, entry.values = _grow(entry.keys, offset, keys), _grow(entry.values, offset, values)
+            seen = offset + keys.shape[-2]
+            cached_keys, cached_values = entry.keys[..., :seen, :], entry.values[..., :seen, :]
+            return _cached_attention(attention, queries, cached_keys, cached_values, mask, offset)
 
         def cross_attend(x: Tensor) -> Tensor:
             attention = layer.cross_attention
