@@ -302,18 +302,20 @@ def train_task(
     train_size: int = 50_000,
     test_size: int = 1000,
     eval_every: int = 100,
-    eval_size: int = 200,
+    eval_size: int = 500,
     warmup: int = 400,
-    factor: float = 1.0,
+    factor: float = 0.1,
     dropout: float = 0.1,
     target: float | None = 1.0,
+    patience: int = 2,
     progress: bool = True,
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train a model on ``task`` and score it on ``test_size`` held-out items.
 
     Every ``eval_every`` steps the model is scored on ``eval_size`` items of the ``valid``
-    split; training stops early once that score reaches ``target`` (None: never). The
+    split; training stops early once that score is at least ``target`` in ``patience``
+    evaluations in a row (one lucky evaluation is not enough; None: never stop). The
     final score is on the ``test`` split: exact match of greedy decoding, or accuracy for
     a classifier (then also on the negation contrast set). Returns the model, its spec and
     vocabulary, the trainer (history) and the numbers; with ``directory``, writes
@@ -339,8 +341,12 @@ def train_task(
     trainer = Trainer(
         model, train, make_collate(spec, vocabulary), loss_function(spec, vocabulary), config,
         evaluate, directory, meta,
-        stop=None if target is None else (lambda metrics: metrics["valid"] >= target),
+        stop=None if target is None else (lambda metrics: reached(target)),
     )  # fmt: skip
+
+    def reached(goal: float) -> bool:  # the last `patience` evaluations all at the goal
+        scores = [record.metrics["valid"] for record in trainer.history if "valid" in record.metrics]
+        return len(scores) >= patience and min(scores[-patience:]) >= goal
     earlier = 0.0
     if resume and directory is not None and Path(directory, "checkpoint.pt").exists():
         trainer.load(Path(directory, "checkpoint.pt"))

@@ -173,3 +173,14 @@ def test_training_stops_early_when_asked(tmp_path):
     trainer.fit()
     assert trainer.step == 3
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 3
+
+
+@pytest.mark.parametrize(("target", "patience", "stopped_at"), [(0.0, 1, 2), (0.0, 3, 6), (1.01, 2, 8)])
+def test_train_task_stops_after_patience_evaluations_at_the_target(target, patience, stopped_at):
+    from named_transformer.workflows import train_task
+
+    run = train_task(
+        "copy", size="tiny", steps=8, train_size=32, test_size=4, eval_every=2, eval_size=4,
+        batch_size=4, warmup=2, progress=False, target=target, patience=patience,
+    )  # fmt: skip
+    assert run["trainer"].step == stopped_at

@@ -43,34 +43,25 @@ from named_transformer.workflows import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 LONG = (21, 40)  # the lengths of the length-generalisation test
 
+# Learning-rate factor: 0.1 (the default) peaks near the paper's 7e-4 at width 64; the
+# quick-to-learn tasks train at 0.3. Training stops once `target` of the 500 validation
+# items are right (dates: 99.5%, its target being 99%) or at the step cap.
+FAST = {"factor": 0.3}
 EXPERIMENTS: dict[str, dict] = {
-    "copy": {"task": "copy", "kind": "encoder-decoder", "steps": 1500},
-    "reverse": {"task": "reverse", "kind": "encoder-decoder", "steps": 3000},
-    "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 2500},
-    "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 2500},
-    "histogram": {
-        "task": "histogram",
-        "kind": "encoder-decoder",
-        "steps": 4000,
-        "factor": 0.5,
-        "warmup": 400,
-    },  # fmt: skip
-    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 3000},
-    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 16000},
+    "copy": {"task": "copy", "kind": "encoder-decoder", "size": "tiny", "steps": 3000, **FAST},
+    "reverse": {"task": "reverse", "kind": "encoder-decoder", "steps": 6000},
+    "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 6000},
+    "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 6000},
+    "histogram": {"task": "histogram", "kind": "encoder-decoder", "steps": 6000},
+    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 4000, "target": 0.995, **FAST},
+    "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 4000, **FAST},
     "sentiment-bag-of-words": {
-        "task": "sentiment",
-        "kind": "bag-of-words",
-        "steps": 16000,
-        "target": None,
+        "task": "sentiment", "kind": "bag-of-words", "steps": 4000, "target": None, **FAST,
     },  # fmt: skip
     **{
         f"length-{positions}": {
-            "task": "copy",
-            "kind": "encoder-decoder",
-            "steps": 1500,
-            "positions": positions,
-            "min_len": 1,
-            "max_len": 20,
+            "task": "copy", "kind": "encoder-decoder", "steps": 4000, "positions": positions,
+            "min_len": 1, "max_len": 20,
         }  # fmt: skip
         for positions in ("sinusoidal", "learned", "relative")
     },
@@ -90,7 +81,7 @@ def train(names: list[str], runs: Path, quick: bool, force: bool, resume: bool =
         if (directory / "metrics.json").exists() and not (force or resume):
             print(f"{name}: done already ({directory})")
             continue
-        full = {"progress": True, "warmup": 200, "batch_size": 64, "eval_every": 200, "dropout": 0.0}
+        full = {"progress": True, "batch_size": 64, "eval_every": 200, "dropout": 0.0}
         options = {**EXPERIMENTS[name], **QUICK} if quick else {**full, **EXPERIMENTS[name]}
         task = options.pop("task")
         print(f"{name}: training {options}", flush=True)
