@@ -5,7 +5,10 @@ Every task yields :class:`Example` pairs of token tuples ``(source, target)``:
 * ``copy``, ``reverse``, ``sort``: digit sequences (10 symbols) of lengths
   ``min_len`` … ``max_len`` (default 10–20), the target the sequence copied, reversed or sorted;
 * ``histogram``: each position outputs how often its token occurs in the whole sequence
-  (dataflowr's "think like transformers" exercise, seed 05);
+  (dataflowr's "think like transformers" exercise, seed 05). The source starts with
+  ``<bos>``: attention spread evenly over the $c$ equal tokens averages $c$ equal vectors
+  and so cannot tell $c$; with one fixed extra token to attend to as well, each gets
+  $1/(c+1)$, which can;
 * ``dates``: a date written in one of many human formats (``"Sunday, March 7, 2021"``,
   ``"7.3.2021"``, ``"the 7th of march 2021"`` …, generated with the standard library's
   :mod:`datetime`) → ISO ``2021-03-07``, character by character;
@@ -42,6 +45,7 @@ from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
 
 __all__ = [
     "SPECIALS",
+    "START",
     "TASKS",
     "Batch",
     "Example",
@@ -60,6 +64,7 @@ __all__ = [
 ]
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+START = SPECIALS[1]  # a source that begins with <bos> (histogram)
 DIGITS = tuple("0123456789")
 SPLITS = ("train", "valid", "test")
 
@@ -105,7 +110,7 @@ def _sort(rng, min_len, max_len):
 def _histogram(rng, min_len, max_len):
     s = _digits(rng, min_len, max_len)
     counts = Counter(s)
-    return Example(s, tuple(str(counts[t]) for t in s)), "".join(s)
+    return Example((START, *s), tuple(str(counts[t]) for t in s)), "".join(s)
 
 
 # ----------------------------------------------------------------------------- dates
@@ -245,13 +250,14 @@ def tokenize(name: str, text: str) -> tuple[str, ...]:
         from named_transformer.sentiment import words
 
         return words(text)
-    return tuple(c for c in text if c.isdigit())
+    digits = tuple(c for c in text if c.isdigit())
+    return (START, *digits) if name == "histogram" else digits
 
 
 @checked
 def detokenize(name: str, tokens: Iterable[str]) -> str:
-    """Join tokens the way task ``name`` writes them."""
-    return _task(name).sep.join(tokens)
+    """Join tokens the way task ``name`` writes them (without a leading ``<bos>``)."""
+    return _task(name).sep.join(t for t in tokens if t != START)
 
 
 # ----------------------------------------------------------------------------- vocabulary

@@ -45,15 +45,15 @@ LONG = (21, 40)  # the lengths of the length-generalisation test
 
 # Learning-rate factor: 0.1 (the default) peaks near the paper's 7e-4 at width 64; the
 # quick-to-learn tasks train at 0.3. Training stops once `target` of the 500 validation
-# items are right (dates: 99.5%, its target being 99%) or at the step cap.
+# items are right in two evaluations in a row (dates: 99%, its target) or at the step cap.
 FAST = {"factor": 0.3}
 EXPERIMENTS: dict[str, dict] = {
     "copy": {"task": "copy", "kind": "encoder-decoder", "size": "tiny", "steps": 3000, **FAST},
     "reverse": {"task": "reverse", "kind": "encoder-decoder", "steps": 6000},
     "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 6000},
     "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 6000},
-    "histogram": {"task": "histogram", "kind": "encoder-decoder", "steps": 6000},
-    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 4000, "target": 0.995, **FAST},
+    "histogram": {"task": "histogram", "kind": "encoder-decoder", "steps": 10000, **FAST},
+    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 4000, "target": 0.99, **FAST},
     "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 4000, **FAST},
     "sentiment-bag-of-words": {
         "task": "sentiment", "kind": "bag-of-words", "steps": 4000, "target": None, **FAST,
