@@ -75,6 +75,25 @@ def test_cache_in_float32_is_within_1e_5():
     assert (a.log_probs - b.log_probs).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("val", [None, 11])  # 11: values wider than keys, no stacked W_qkv
+def test_long_cached_decoding_grows_its_buffers_and_equals_recomputing(val):
+    from named_transformer.multihead import MultiHeadAttention
+
+    model = model_for("decoder-only", "sinusoidal", False, 1)
+    if val is not None:
+        for block in model.blocks.layers:
+            layer, heads = block.self_attention.layer, block.self_attention.heads
+            block.self_attention = MultiHeadAttention(layer, heads, val=val).double()
+    start = torch.randint(4, VOCAB, (2, 3))
+    with torch.no_grad():  # 3 + 40 positions: the cache's buffers grow past 16 and 32
+        cached = greedy(IncrementalDecoder(model), start, 40)
+        full = greedy(IncrementalDecoder(model, cache=False), start, 40)
+        beams = [beam_search(IncrementalDecoder(model, cache=c), start, 40, eos=2, width=3) for c in (True, False)]
+    assert torch.equal(cached.tokens, full.tokens)
+    torch.testing.assert_close(cached.log_probs, full.log_probs, rtol=0, atol=1e-8)
+    assert torch.equal(beams[0].tokens, beams[1].tokens)
+
+
 def test_greedy_stops_at_eos_and_pads_after_it():
     model = model_for("decoder-only", "sinusoidal", False, 1)
     start = torch.randint(4, VOCAB, (3, 2))
