@@ -92,7 +92,9 @@ def test_results_script_quick_mode(tmp_path):
     spec.loader.exec_module(module)
     module.main(["--quick", "--out", str(tmp_path)])
     results = tmp_path / "docs" / "scripts" / "workflow_results"
-    assert "| dates |" in (results / "summary.md").read_text()
+    summary = (results / "summary.md").read_text()
+    assert "| dates |" in summary
+    assert re.search(r"\| histogram \|.*\| 8 \|", summary)  # trained in two phases: 4 + 4 steps
     assert "| relative |" in (results / "length.md").read_text()
     assert (results / "decoding.md").exists()
     figures = tmp_path / "docs" / "figures" / "workflows"
