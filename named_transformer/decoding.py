@@ -17,9 +17,11 @@ new token: its query is at position ``offset`` = cache length and attends the ca
 plus its own (:func:`~named_transformer.masks.causal_mask` and
 :func:`~named_transformer.positions.relative_position_index` both take that offset). In
 cross-attention the keys and values of the memory are computed once. The cached step is
-built from the modules' own equations (:func:`~named_transformer.multihead.project_heads`,
+built from the modules' own equations (:func:`~named_transformer.multihead.stacked_projection`
+through seed 04's $W_{qkv}$, stacked once per decoding,
 :func:`~named_transformer.multihead.attend_heads`, the relative terms) and gives the same
-log-probabilities as recomputing the whole prefix (a test checks ≤ 1e-5).
+log-probabilities as recomputing the whole prefix (a test checks ≤ 1e-5). The cache
+keeps room to spare along $\mathsf{seq}$, so a step writes only its own keys and values.
 """
 
 from __future__ import annotations
