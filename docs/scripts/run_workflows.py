@@ -49,7 +49,7 @@ LONG = (21, 40)  # the lengths of the length-generalisation test
 FAST = {"factor": 0.3}
 EXPERIMENTS: dict[str, dict] = {
     "copy": {"task": "copy", "kind": "encoder-decoder", "size": "tiny", "steps": 3000, **FAST},
-    "reverse": {"task": "reverse", "kind": "encoder-decoder", "steps": 6000},
+    "reverse": {"task": "reverse", "kind": "encoder-decoder", "size": "tiny", "steps": 6000, "factor": 0.15, "warmup": 200},
     "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 6000},
     "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 6000},
     # histogram: the fast rate finds the counting solution, then a third of it settles it
