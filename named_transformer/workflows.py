@@ -338,15 +338,15 @@ def train_task(
         factor=factor, eval_every=eval_every, seed=seed, progress=progress,
     )  # fmt: skip
     meta = {"spec": spec, "vocabulary": vocabulary.to_list(), "data": data}
+
+    def reached(metrics: dict[str, float]) -> bool:  # the last `patience` evaluations at the target
+        scores = [record.metrics["valid"] for record in trainer.history if "valid" in record.metrics]
+        return len(scores) >= patience and min(scores[-patience:]) >= target
+
     trainer = Trainer(
         model, train, make_collate(spec, vocabulary), loss_function(spec, vocabulary), config,
-        evaluate, directory, meta,
-        stop=None if target is None else (lambda metrics: reached(target)),
+        evaluate, directory, meta, stop=None if target is None else reached,
     )  # fmt: skip
-
-    def reached(goal: float) -> bool:  # the last `patience` evaluations all at the goal
-        scores = [record.metrics["valid"] for record in trainer.history if "valid" in record.metrics]
-        return len(scores) >= patience and min(scores[-patience:]) >= goal
     earlier = 0.0
     if resume and directory is not None and Path(directory, "checkpoint.pt").exists():
         trainer.load(Path(directory, "checkpoint.pt"))
