@@ -30,7 +30,18 @@ def standardize(
 
     Its gradient is written out (``_Standardize`` below) rather than left to autograd.
     """
-    return _Standardize.apply(inputs, eps)
+    if torch.is_grad_enabled() and inputs.requires_grad:
+        return _Standardize.apply(inputs, eps)
+    return _standardized(inputs, eps)[0]  # no gradient wanted (decoding): the arithmetic alone
+
+
+def _standardized(inputs: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    r"""$\hat X$ and $1/\sigma$, which the gradient needs."""
+    mean = reduce(inputs, "... layer -> ... 1", "mean")
+    centred = inputs - mean
+    variance = reduce(centred * centred, "... layer -> ... 1", "mean")
+    inverse_sigma = (variance + eps).rsqrt()
+    return centred * inverse_sigma, inverse_sigma
 
 
 class _Standardize(torch.autograd.Function):
@@ -47,11 +58,7 @@ class _Standardize(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inputs: Tensor, eps: float) -> Tensor:
-        mean = reduce(inputs, "... layer -> ... 1", "mean")
-        centred = inputs - mean
-        variance = reduce(centred * centred, "... layer -> ... 1", "mean")
-        inverse_sigma = (variance + eps).rsqrt()
-        normalised = centred * inverse_sigma
+        normalised, inverse_sigma = _standardized(inputs, eps)
         ctx.save_for_backward(normalised, inverse_sigma)
         return normalised
 
