@@ -27,6 +27,11 @@ from named_transformer.parameters import CountsParameters
 __all__ = ["Transformer", "TransformerStacks"]
 
 
+def _by_kind(encoder: list[Tensor], decoder_self: list[Tensor], decoder_cross: list[Tensor]) -> dict[str, list[Tensor]]:
+    """The per-layer attention weights of each kind, as ``need_weights`` returns them."""
+    return {"encoder": encoder, "decoder_self": decoder_self, "decoder_cross": decoder_cross}
+
+
 # --8<-- [start:TransformerStacks]
 class TransformerStacks(CountsParameters, nn.Module):
     r"""An encoder stack and a decoder stack; the decoder cross-attends the encoder output."""
@@ -72,12 +77,7 @@ class TransformerStacks(CountsParameters, nn.Module):
         outputs, self_weights, cross_weights = self.decoder(
             target, memory, target_mask, memory_mask, need_weights=True
         )
-        weights = {
-            "encoder": encoder_weights,
-            "decoder_self": self_weights,
-            "decoder_cross": cross_weights,
-        }
-        return outputs, weights
+        return outputs, _by_kind(encoder_weights, self_weights, cross_weights)
 # --8<-- [end:TransformerStacks]
 
 
@@ -175,10 +175,5 @@ class Transformer(CountsParameters, nn.Module):
         log_probs, self_weights, cross_weights = self.decode(
             target, memory, source_mask, target_mask, need_weights=True
         )
-        weights = {
-            "encoder": encoder_weights,
-            "decoder_self": self_weights,
-            "decoder_cross": cross_weights,
-        }
-        return log_probs, weights
+        return log_probs, _by_kind(encoder_weights, self_weights, cross_weights)
 # --8<-- [end:Transformer]

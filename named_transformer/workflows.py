@@ -339,7 +339,7 @@ def train_task(
     )  # fmt: skip
     meta = {"spec": spec, "vocabulary": vocabulary.to_list(), "data": data}
 
-    def reached(metrics: dict[str, float]) -> bool:  # the last `patience` evaluations at the target
+    def reached(_: dict[str, float]) -> bool:  # the last `patience` evaluations at the target
         scores = [record.metrics["valid"] for record in trainer.history if "valid" in record.metrics]
         return len(scores) >= patience and min(scores[-patience:]) >= target
 
