@@ -18,7 +18,7 @@ from named_transformer.embedding import (
     embed,
 )
 from named_transformer.encoder import Encoder, EncoderLayer
-from named_transformer.feedforward import feed_forward
+from named_transformer.feedforward import feed_forward, relu
 from named_transformer.generator import Generator, log_probabilities
 from named_transformer.interop import from_torch, mask_from_torch, to_torch
 from named_transformer.language_model import LanguageModel
@@ -91,6 +91,7 @@ __all__ = [
     "location_score",
     "padding_mask",
     "relative_position_index",
+    "relu",
     "scaled_dot_score",
     "shape_checks",
     "shape_checks_enabled",

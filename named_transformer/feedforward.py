@@ -20,7 +20,46 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 
-__all__ = ["feed_forward"]
+__all__ = ["feed_forward", "relu"]
+
+
+# --8<-- [start:relu]
+@checked
+def relu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden"]:
+    r"""$\operatorname{relu}(X) = \max(X, 0)$ elementwise.
+
+    Eager, this is ``torch.relu``, whose backward pass is one fused PyTorch kernel.
+    Under ``torch.compile`` the gradient is written from the output instead (``_ReLU``).
+    """
+    if torch.compiler.is_compiling():
+        return _ReLU.apply(inputs)
+    return torch.relu(inputs)
+
+
+class _ReLU(torch.autograd.Function):
+    r"""ReLU with its gradient written from the output $Y = \operatorname{relu}(X) \ge 0$:
+
+    $$\frac{\partial L}{\partial X} = G \odot \operatorname{sign}(Y),$$
+
+    1 where the unit fired, 0 where it did not: the same numbers as PyTorch's backward
+    pass, which selects $G$ where $X > 0$. Compiled, PyTorch's form makes the compiler
+    keep that comparison as a boolean mask for the backward pass, and its CPU code stores
+    and loads boolean tensors many times more slowly than float ones (the Performance
+    page has the numbers). Written from $Y$, which the backward pass of $W^2$ keeps
+    anyway, the gradient needs no mask.
+    """
+
+    @staticmethod
+    def forward(ctx, inputs: Tensor) -> Tensor:
+        outputs = torch.relu(inputs)
+        ctx.save_for_backward(outputs)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (outputs,) = ctx.saved_tensors
+        return grad * outputs.sign()
+# --8<-- [end:relu]
 
 
 # --8<-- [start:feed_forward]
@@ -31,7 +70,7 @@ def feed_forward(
     b1: Float[Tensor, " hidden"],
     w2: Float[Tensor, "layer hidden"],
     b2: Float[Tensor, " layer"],
-    activation: Callable[[Tensor], Tensor] = torch.relu,
+    activation: Callable[[Tensor], Tensor] = relu,
 ) -> Float[Tensor, "*batch layer"]:
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ (``activation`` may be GELU)."""
     hidden = activation(einsum(inputs, w1, "... layer, hidden layer -> ... hidden") + b1)

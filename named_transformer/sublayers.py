@@ -29,12 +29,12 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.feedforward import feed_forward
+from named_transformer.feedforward import feed_forward, relu
 from named_transformer.norm import layer_norm
 
 __all__ = ["ACTIVATIONS", "FeedForward", "LayerNorm", "Residual"]
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": torch.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": relu, "gelu": F.gelu}
 """The feed-forward activations by name: ``relu`` (the paper) and ``gelu`` (BERT, GPT)."""
 
 

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from einops import einsum
 
 import named_transformer as nt
+from named_transformer.feedforward import _ReLU
 
 SEQ, LAYER, HIDDEN = 7, 6, 5
 
@@ -50,6 +51,21 @@ def test_standardize_refuses_a_second_derivative_rather_than_giving_a_wrong_one(
         grad.sum().backward()
 
 
+@pytest.mark.parametrize("relu", [nt.relu, _ReLU.apply, torch.compile(nt.relu, backend="aot_eager", fullgraph=True)])
+def test_relu_and_its_written_out_gradient_equal_torch_relu(relu):
+    x = torch.randn(4, SEQ, HIDDEN)
+    x[0, 0, :2] = 0.0  # the kink: both give gradient 0 there
+    x.requires_grad_()
+    upstream = torch.randn(4, SEQ, HIDDEN)
+    with nt.shape_checks(False):  # torch.compile traces with checks off
+        ours = relu(x)
+    (ours_grad,) = torch.autograd.grad(ours, x, upstream)
+    theirs = torch.relu(x)
+    (theirs_grad,) = torch.autograd.grad(theirs, x, upstream)
+    assert torch.equal(ours, theirs)
+    assert torch.equal(ours_grad, theirs_grad)
+
+
 def test_gradcheck_layer_norm_and_feed_forward():
     def t(*shape):
         return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
@@ -57,6 +73,8 @@ def test_gradcheck_layer_norm_and_feed_forward():
     assert torch.autograd.gradcheck(nt.layer_norm, (t(2, SEQ, LAYER), t(LAYER), t(LAYER)))
     args = (t(2, SEQ, LAYER), t(HIDDEN, LAYER), t(HIDDEN), t(LAYER, HIDDEN), t(LAYER))
     assert torch.autograd.gradcheck(lambda *a: nt.feed_forward(*a, activation=torch.tanh), args)
+    away_from_the_kink = (torch.rand(2, SEQ, HIDDEN, dtype=torch.float64) + 0.1) * torch.randn(2, SEQ, HIDDEN).sign()
+    assert torch.autograd.gradcheck(_ReLU.apply, (away_from_the_kink.requires_grad_(),))
 
 
 def test_feed_forward_equals_two_linear_layers_and_a_kernel_one_conv():

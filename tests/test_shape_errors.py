@@ -61,6 +61,7 @@ CASES = {
         "gamma",
     ),
     "feed_forward": (nt.feed_forward, FFN, [*FFN[:4], r(LAYER + 1)], "b2"),
+    "relu": (nt.relu, [r(B, SEQ, HIDDEN)], [torch.ones(B, SEQ, HIDDEN, dtype=torch.long)], "inputs"),
     "attention_pooling": (nt.attention_pooling, POOL, [POOL[0], r(HIDDEN, LAYER + 1), *POOL[2:]], "w_hidden"),
     "attention_pooling_weights": (
         nt.attention_pooling_weights,
