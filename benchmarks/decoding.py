@@ -29,7 +29,7 @@ def kv_cache(quick: bool) -> str:
     Reported with one intra-op thread and with all cores: a cached step is a chain of
     tiny operations, where a second thread costs more in synchronisation than it gains.
     """
-    tokens, repeats = (16, 1) if quick else (256, 3)
+    tokens, repeats = (16, 1) if quick else (256, 5)
     config = TransformerConfig(decoder_layers=2 if quick else 4, layer=64 if quick else 256, heads=4 if quick else 8,
                                hidden=128 if quick else 1024, dropout=0.0)
     model = LanguageModel(100, config).eval()

@@ -136,6 +136,7 @@ class IncrementalDecoder:
     seen are computed. :meth:`select` keeps (and repeats) rows, for beam search.
     """
 
+    @torch.inference_mode()
     def __init__(
         self,
         model: nn.Module,
@@ -163,6 +164,7 @@ class IncrementalDecoder:
                 entry.memory_keys = project_heads(self.memory, attention.w_k, attention.b_k)
                 entry.memory_values = project_heads(self.memory, attention.w_v, attention.b_v)
 
+    @torch.inference_mode()
     def select(self, rows: Tensor) -> None:
         """Keep rows ``rows`` of every cached tensor (and of the memory)."""
         if self.memory is not None:
@@ -175,6 +177,7 @@ class IncrementalDecoder:
                 if value is not None:
                     setattr(entry, name, value[rows])
 
+    @torch.inference_mode()
     def __call__(self, tokens: Tensor) -> Tensor:
         """Log-probabilities (``batch vocab``) of the token after ``tokens`` (``batch seq``)."""
         if not self.use_cache:

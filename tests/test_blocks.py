@@ -79,6 +79,18 @@ def test_embedding_is_a_scaled_row_lookup_and_positions_follow_the_inputs():
     assert sum(p.numel() for p in positions.parameters()) == 0
 
 
+def test_sinusoidal_table_is_kept_grows_on_demand_and_stays_out_of_checkpoints():
+    positions = SinusoidalPositions(LAYER, dropout=0.0)
+    x = torch.zeros(1, 1, LAYER)
+    for offset in (0, 5, 63, 64, 200, 1000):  # past the first table (64 rows) and its doubling
+        expected = nt.sinusoidal_positions(1, LAYER, offset=offset)
+        torch.testing.assert_close(positions(x, offset=offset)[0], expected, rtol=0, atol=1e-6)
+    assert len(positions._tables) == 1 and positions._tables[LAYER, torch.float32, x.device].shape[0] >= 1001
+    positions(x.double())  # another dtype: its own table
+    assert len(positions._tables) == 2
+    assert positions.state_dict() == {}
+
+
 def test_learned_positions():
     learned = LearnedPositions(7, LAYER, dropout=0.0)
     x = torch.zeros(B, SEQ, LAYER)
