@@ -134,6 +134,10 @@ class IncrementalDecoder:
     modules may be :class:`~named_transformer.relative.RelativeMultiHeadAttention`.
     Call it with the whole prefix so far; with ``cache=True`` only the positions not yet
     seen are computed. :meth:`select` keeps (and repeats) rows, for beam search.
+
+    It works under ``torch.inference_mode``: decoding never needs a gradient, and each
+    tiny step then skips autograd's bookkeeping. The log-probabilities it returns cannot
+    enter a graph that is differentiated later.
     """
 
     @torch.inference_mode()

@@ -94,6 +94,15 @@ def test_long_cached_decoding_grows_its_buffers_and_equals_recomputing(val):
     assert torch.equal(beams[0].tokens, beams[1].tokens)
 
 
+def test_decoding_needs_no_no_grad_and_leaves_no_graph():
+    model = model_for("encoder-decoder", "sinusoidal", False, 2).float().train()  # parameters want gradients
+    source = torch.randint(4, VOCAB, (2, 5))
+    decoder = IncrementalDecoder(model.eval(), source)
+    log_probs = decoder(torch.ones(2, 1, dtype=torch.long))  # grad mode is on here
+    assert not log_probs.requires_grad and torch.is_inference(log_probs)
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_greedy_stops_at_eos_and_pads_after_it():
     model = model_for("decoder-only", "sinusoidal", False, 1)
     start = torch.randint(4, VOCAB, (3, 2))
