@@ -45,6 +45,7 @@ def main() -> None:
     print(modules.compiled(args.quick))
     print(decoding.kv_cache(args.quick))
     print(attention_core.peak_memory(args.quick))
+    print(modules.fused_option(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 

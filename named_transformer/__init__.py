@@ -4,7 +4,13 @@ Every public function is shape-checked at run time (see :mod:`named_transformer.
 ``shape_checks(False)`` turns checking off.
 """
 
-from named_transformer.attention import attend, attention, attention_from_scores, attention_weights
+from named_transformer.attention import (
+    attend,
+    attention,
+    attention_from_scores,
+    attention_weights,
+    fused_attention,
+)
 from named_transformer.axes import AXES, Axis, checked, shape_checks, shape_checks_enabled
 from named_transformer.basic import basic_self_attention
 from named_transformer.classifier import TransformerClassifier, masked_max
@@ -84,6 +90,7 @@ __all__ = [
     "cosine_score",
     "dot_score",
     "feed_forward",
+    "fused_attention",
     "general_score",
     "hardmax",
     "key_padding_mask",

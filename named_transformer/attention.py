@@ -21,7 +21,8 @@ reads a boolean mask the other way round** (True = blocked): negate it when port
 
 from __future__ import annotations
 
-from einops import einsum
+import torch.nn.functional as F
+from einops import einsum, rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor
 
@@ -29,7 +30,7 @@ from named_transformer.axes import checked
 from named_transformer.scores import scaled_dot_score
 from named_transformer.softmax import softmax
 
-__all__ = ["attend", "attention", "attention_from_scores", "attention_weights"]
+__all__ = ["attend", "attention", "attention_from_scores", "attention_weights", "fused_attention"]
 
 
 # --8<-- [start:attention_weights]
@@ -69,6 +70,31 @@ def attention(
     """
     return attend(attention_weights(queries, keys, mask), values)
 # --8<-- [end:attention]
+
+
+# --8<-- [start:fused_attention]
+@checked
+def fused_attention(
+    queries: Float[Tensor, "*batch seq_q key"],
+    keys: Float[Tensor, "*#batch seq key"],
+    values: Float[Tensor, "*#batch seq val"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> Float[Tensor, "*batch seq_q val"]:
+    r"""$\text{Attention}(Q, K, V, M)$ by PyTorch's fused kernel, an explicit option.
+
+    The same function as :func:`attention` (tests check it, fully masked rows included),
+    computed by ``scaled_dot_product_attention``, which never materialises the
+    $\mathsf{seq'} \times \mathsf{seq}$ weights: faster, and far less memory for long
+    sequences. It returns no weights, and its dropout draws differ from the named path's.
+    """
+    while mask is not None and mask.ndim < queries.ndim:  # with fewer axes than the queries,
+        mask = rearrange(mask, "... -> 1 ...")  # the kernel falls back to materialising the weights
+    return F.scaled_dot_product_attention(  # allow-raw: the fused kernel is the point
+        queries, keys, values, attn_mask=mask, dropout_p=dropout if training else 0.0
+    )
+# --8<-- [end:fused_attention]
 
 
 # --8<-- [start:attention_from_scores]

@@ -29,6 +29,7 @@ class TransformerConfig:
     norm_first: bool = False  # post-norm, as the paper; True = pre-norm
     final_norm: bool | None = None  # a LayerNorm after each stack; None = same as norm_first
     eps: float = 1e-5
+    fused_attention: bool = False  # True: PyTorch's fused kernel wherever no weights are asked for
 
     def __post_init__(self) -> None:
         for name in ("encoder_layers", "decoder_layers"):
@@ -75,5 +76,6 @@ class TransformerConfig:
             "activation": self.activation,
             "norm_first": self.norm_first,
             "eps": self.eps,
+            "fused_attention": self.fused_attention,
         }
 # --8<-- [end:TransformerConfig]

@@ -21,7 +21,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.encoder import _Stack
+from named_transformer.encoder import _recording, _Stack
 from named_transformer.multihead import MultiHeadAttention
 from named_transformer.parameters import CountsParameters
 from named_transformer.sublayers import FeedForward, Residual
@@ -47,11 +47,12 @@ class DecoderLayer(CountsParameters, nn.Module):
         activation: Literal["relu", "gelu"] = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
+        fused_attention: bool = False,
     ) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout)
+        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout, fused=fused_attention)
         self.cross_attention = MultiHeadAttention(
-            layer, heads, memory=memory, dropout=dropout
+            layer, heads, memory=memory, dropout=dropout, fused=fused_attention
         )
         self.feed_forward = FeedForward(layer, hidden, activation=activation, dropout=dropout)
         options = {"dropout": dropout, "norm_first": norm_first, "eps": eps}
@@ -82,14 +83,10 @@ class DecoderLayer(CountsParameters, nn.Module):
         found: list[Tensor] = []
 
         def self_attend(x: Tensor) -> Tensor:
-            outputs, weights = self.self_attention(x, mask=mask, need_weights=True)
-            found.append(weights)
-            return outputs
+            return _recording(self.self_attention, found, need_weights)(x, mask=mask)
 
         def cross_attend(x: Tensor) -> Tensor:
-            outputs, weights = self.cross_attention(x, memory, memory_mask, need_weights=True)
-            found.append(weights)
-            return outputs
+            return _recording(self.cross_attention, found, need_weights)(x, memory, memory_mask)
 
         hidden = self.self_attention_residual(inputs, self_attend)
         hidden = self.cross_attention_residual(hidden, cross_attend)

@@ -15,6 +15,7 @@ With a causal mask the same layer is the block of a decoder-only language model 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from jaxtyping import Bool, Float
@@ -26,6 +27,23 @@ from named_transformer.parameters import CountsParameters
 from named_transformer.sublayers import FeedForward, LayerNorm, Residual
 
 __all__ = ["Encoder", "EncoderLayer"]
+
+
+def _recording(attention: nn.Module, found: list[Tensor], need_weights: bool) -> Callable[..., Tensor]:
+    """``attention`` as a function of its inputs, appending its weights to ``found``.
+
+    Only when ``need_weights``: otherwise the weights are not asked for, and an attention
+    built with ``fused=True`` may then use the fused kernel.
+    """
+    if not need_weights:
+        return attention
+
+    def call(*args, **kwargs) -> Tensor:
+        outputs, weights = attention(*args, **kwargs, need_weights=True)
+        found.append(weights)
+        return outputs
+
+    return call
 
 
 # --8<-- [start:EncoderLayer]
@@ -46,9 +64,10 @@ class EncoderLayer(CountsParameters, nn.Module):
         activation: Literal["relu", "gelu"] = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
+        fused_attention: bool = False,
     ) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout)
+        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout, fused=fused_attention)
         self.feed_forward = FeedForward(layer, hidden, activation=activation, dropout=dropout)
         self.attention_residual = Residual(layer, dropout=dropout, norm_first=norm_first, eps=eps)
         self.feed_forward_residual = Residual(
@@ -69,9 +88,7 @@ class EncoderLayer(CountsParameters, nn.Module):
         found: list[Tensor] = []
 
         def self_attend(x: Tensor) -> Tensor:
-            outputs, weights = self.self_attention(x, mask=mask, need_weights=True)
-            found.append(weights)
-            return outputs
+            return _recording(self.self_attention, found, need_weights)(x, mask=mask)
 
         hidden = self.attention_residual(inputs, self_attend)
         outputs = self.feed_forward_residual(hidden, self.feed_forward)

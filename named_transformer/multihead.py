@@ -36,7 +36,7 @@ from einops import einsum, rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
-from named_transformer.attention import attend, attention_weights
+from named_transformer.attention import attend, attention_weights, fused_attention
 from named_transformer.axes import checked
 from named_transformer.parameters import CountsParameters
 
@@ -83,16 +83,21 @@ def attend_heads(
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
     dropout: float = 0.0,
     training: bool = False,
-) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]:
+    fused: bool = False,
+) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None]:
     r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)$ from already projected heads.
 
     Keys and values are arguments of their own, so they may come from a cache of earlier
     steps (cached decoding) rather than from the same call as the queries. Returns the
     output and the attention weights (before dropout), one distribution per head and
-    query. ``dropout`` drops attention weights, as in PyTorch.
+    query. ``dropout`` drops attention weights, as in PyTorch. ``fused=True`` computes
+    the attention by PyTorch's fused kernel (:func:`~named_transformer.attention.fused_attention`)
+    and returns None for the weights.
     """
     if mask is not None:
         mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
+    if fused:
+        return merge_heads(fused_attention(queries, keys, values, mask, dropout, training), w_o, b_o), None
     weights = attention_weights(queries, keys, mask)
     dropped = F.dropout(weights, dropout, training) if dropout > 0.0 else weights
     return merge_heads(attend(dropped, values), w_o, b_o), weights
@@ -132,17 +137,19 @@ def multihead_attention(
     b_o: Float[Tensor, " layer"] | None = None,
     dropout: float = 0.0,
     training: bool = False,
-) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]:
+    fused: bool = False,
+) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None]:
     r"""$W^O \ndot{heads, val} \text{Attention}(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
     W^K \ndot{memory} X_m, W^V \ndot{memory} X_m, M)$.
 
     Self-attention passes the inputs as the memory ($\mathsf{memory} = \mathsf{layer}$);
-    cross-attention passes the encoder output. Returns (output, weights).
+    cross-attention passes the encoder output. Returns (output, weights); the weights
+    are None with ``fused=True`` (:func:`attend_heads`).
     """
     queries = project_heads(inputs, w_q, b_q)
     keys = project_heads(memory, w_k, b_k)
     values = project_heads(memory, w_v, b_v)
-    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training)
+    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training, fused)
 # --8<-- [end:multihead_attention]
 
 
@@ -201,7 +208,8 @@ def multihead_self_attention(
     b_o: Float[Tensor, " layer"] | None = None,
     dropout: float = 0.0,
     training: bool = False,
-) -> tuple[Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"]]:
+    fused: bool = False,
+) -> tuple[Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"] | None]:
     r""":func:`multihead_attention` with $X_m = X$, projecting through seed 04's stacked $W_{qkv}$.
 
     When queries, keys and values all come from $X$, one product with the tall
@@ -213,7 +221,7 @@ def multihead_self_attention(
     if b_q is not None and b_k is not None and b_v is not None:
         b_qkv = rearrange([b_q, b_k, b_v], "three heads key -> (three heads key)")
     queries, keys, values = stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv)
-    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training)
+    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training, fused)
 # --8<-- [end:multihead_self_attention]
 
 
@@ -236,6 +244,9 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         bias: learn $b^Q, b^K, b^V \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$ and
             $b^O \in \mathbb R^{\mathsf{layer}}$ (PyTorch's default).
         dropout: probability of dropping an attention weight while training.
+        fused: compute the attention by PyTorch's fused kernel
+            (:func:`~named_transformer.attention.fused_attention`) whenever the weights
+            are not asked for. An explicit option: off, the named equations run.
     """
 
     def __init__(
@@ -249,6 +260,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         wide: bool = False,
         bias: bool = True,
         dropout: float = 0.0,
+        fused: bool = False,
     ) -> None:
         super().__init__()
         if layer <= 0 or heads <= 0:
@@ -269,7 +281,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.layer, self.heads, self.memory, self.key, self.val = layer, heads, memory, key, val
         self._stackable = memory == layer and val == key
-        self.dropout = dropout
+        self.dropout, self.fused = dropout, fused
         self.w_q = _uniform(heads, layer, key, fan_in=layer, fan_out=heads * key)
         self.w_k = _uniform(heads, memory, key, fan_in=memory, fan_out=heads * key)
         self.w_v = _uniform(heads, memory, val, fan_in=memory, fan_out=heads * val)
@@ -298,16 +310,17 @@ class MultiHeadAttention(CountsParameters, nn.Module):
 
         Returns the output, or (output, per-head weights) when ``need_weights``.
         """
+        fused = self.fused and not need_weights  # the fused kernel returns no weights
         if memory is None and self._stackable:  # self-attention: one stacked projection
             outputs, weights = multihead_self_attention(
                 inputs, self.w_q, self.w_k, self.w_v, self.w_o, mask,
-                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training,
+                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training, fused,
             )  # fmt: skip
         else:
             outputs, weights = multihead_attention(
                 inputs, inputs if memory is None else memory,
                 self.w_q, self.w_k, self.w_v, self.w_o, mask,
-                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training,
+                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training, fused,
             )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
 # --8<-- [end:MultiHeadAttention]

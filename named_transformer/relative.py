@@ -127,6 +127,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     """
 
     def __init__(self, layer: int, heads: int, max_distance: int, **options) -> None:
+        if options.get("fused"):
+            raise ValueError("relative attention adds a^K to the scores before the softmax, "
+                             "which the fused kernel cannot: fused=True is not available here")
         super().__init__(layer, heads, **options)
         if max_distance < 0:
             raise ValueError(f"max_distance (clipping distance k) must be >= 0, got {max_distance}")

@@ -255,3 +255,21 @@ def test_torch_fast_path_zeroes_padded_positions_so_only_real_ones_are_compared(
     assert (expected[PADDING] == 0).all()  # PyTorch's nested-tensor path drops padded positions
     assert (got[PADDING] != 0).any()  # ours computes them (attending the real tokens)
     torch.testing.assert_close(got[REAL], expected[REAL], atol=1e-5, rtol=0)
+
+
+def test_fused_attention_config_gives_the_same_transformer_and_gradients():
+    from dataclasses import replace
+
+    named = Transformer(SOURCE_VOCAB, TARGET_VOCAB, replace(TINY, dropout=0.0)).double()
+    fused = Transformer(SOURCE_VOCAB, TARGET_VOCAB, replace(TINY, dropout=0.0, fused_attention=True)).double()
+    fused.load_state_dict(named.state_dict())
+    assert all(m.fused for m in fused.modules() if isinstance(m, nt.MultiHeadAttention))
+    source, target = torch.randint(SOURCE_VOCAB, (B, SEQ)), torch.randint(TARGET_VOCAB, (B, SEQ_Q))
+    source_mask = nt.key_padding_mask(REAL.sum(-1), SEQ)
+    results = [m(source, target, source_mask, nt.causal_mask(SEQ_Q)) for m in (named, fused)]
+    torch.testing.assert_close(results[1], results[0], atol=1e-12, rtol=0)
+    grads = [torch.autograd.grad(r.sum(), list(m.parameters())) for r, m in zip(results, (named, fused), strict=True)]
+    for ours, reference in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(ours, reference, atol=1e-12, rtol=0)
+    _, weights = fused(source, target, source_mask, nt.causal_mask(SEQ_Q), need_weights=True)  # named path
+    assert len(weights["decoder_cross"]) == TINY.decoder_layers

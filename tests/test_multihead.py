@@ -175,6 +175,48 @@ def test_self_attention_through_stacked_w_qkv_equals_the_general_equation():
     torch.testing.assert_close(m(x, mask=mask), general[0], atol=1e-12, rtol=0)  # module path
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_fused_option_equals_the_named_equations_and_their_gradients(case):
+    c = CASES[case]
+    named = MultiHeadAttention(LAYER, HEADS, memory=c["memory"]).double()
+    fused = MultiHeadAttention(LAYER, HEADS, memory=c["memory"], fused=True).double()
+    fused.load_state_dict(named.state_dict())
+    inputs = torch.randn(B, c["seq_q"], LAYER, dtype=torch.float64, requires_grad=True)
+    memory = None if c["seq_q"] == SEQ and c["memory"] == LAYER else torch.randn(B, SEQ, c["memory"], dtype=torch.float64)
+    mask = nt.causal_mask(c["seq_q"], SEQ, offset=SEQ - c["seq_q"]) if c["causal"] else None
+    if c["padding"]:
+        mask = mask_from_torch(None if mask is None else ~mask, PADDING)
+        mask[0, 0] = False  # and one query that may attend nothing: zeros in both
+    results = [m(inputs, memory, mask) for m in (named, fused)]
+    torch.testing.assert_close(results[1], results[0], atol=1e-12, rtol=0)
+    grads = [torch.autograd.grad(r.square().sum(), [inputs, m.w_q, m.w_k, m.w_v, m.w_o])
+             for r, m in zip(results, (named, fused), strict=True)]  # fmt: skip
+    for ours, reference in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(ours, reference, atol=1e-12, rtol=0)
+
+
+def test_fused_option_gives_way_to_the_named_path_when_weights_are_asked_for():
+    fused = MultiHeadAttention(LAYER, HEADS, fused=True)
+    inputs = torch.randn(B, SEQ, LAYER)
+    outputs, weights = fused(inputs, need_weights=True)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, HEADS, SEQ))
+    torch.testing.assert_close(outputs, fused(inputs), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="fused"):
+        nt.RelativeMultiHeadAttention(LAYER, HEADS, 2, fused=True)
+
+
+def test_fused_option_reaches_the_fused_kernel_not_the_materialising_fallback():
+    from torch.profiler import profile
+
+    fused = MultiHeadAttention(LAYER, HEADS, fused=True)
+    inputs = torch.randn(B, SEQ, LAYER, requires_grad=True)
+    with profile() as trace:  # a (seq_q, seq) mask, lifted to the queries' four axes
+        fused(inputs, mask=nt.causal_mask(SEQ)).sum().backward()
+    kernels = {event.key for event in trace.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in kernels
+    assert "aten::_scaled_dot_product_attention_math" not in kernels
+
+
 def test_fully_masked_query_gives_zeros_where_torch_gives_nan():
     theirs, ours = torch_pair(torch.float64)
     inputs = torch.randn(B, SEQ, LAYER, dtype=torch.float64)

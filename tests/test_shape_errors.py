@@ -46,6 +46,7 @@ CASES = {
     "attention_weights": (nt.attention_weights, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
     "attend": (nt.attend, [r(B, SEQ_Q, SEQ), VALUES], [r(B, SEQ_Q, SEQ), BAD_VALUES], "values"),
     "attention": (nt.attention, [QUERIES, KEYS, VALUES], [QUERIES, KEYS, BAD_VALUES], "values"),
+    "fused_attention": (nt.fused_attention, [QUERIES, KEYS, VALUES], [QUERIES, KEYS, BAD_VALUES], "values"),
     "attention_from_scores": (
         nt.attention_from_scores,
         [r(B, SEQ_Q, SEQ), VALUES],
