@@ -29,6 +29,7 @@ from named_transformer.sublayers import FeedForward, LayerNorm, Residual
 __all__ = ["Encoder", "EncoderLayer"]
 
 
+# --8<-- [start:EncoderLayer]
 def _recording(attention: nn.Module, found: list[Tensor], need_weights: bool) -> Callable[..., Tensor]:
     """``attention`` as a function of its inputs, appending its weights to ``found``.
 
@@ -46,7 +47,6 @@ def _recording(attention: nn.Module, found: list[Tensor], need_weights: bool) ->
     return call
 
 
-# --8<-- [start:EncoderLayer]
 class EncoderLayer(CountsParameters, nn.Module):
     r"""Self-attention then feed-forward, each in a residual sublayer.
 
