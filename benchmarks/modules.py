@@ -144,27 +144,30 @@ def training_step(quick: bool, peak_gflops: float) -> str:
 
 
 def compiled(quick: bool) -> str:
-    """6. Eager vs torch.compile with checks off: fullgraph, graph breaks, speed."""
+    """6. Eager vs torch.compile with checks off: fullgraph, graph breaks, speed (dropout 0.0 and 0.1)."""
     rows = []
     with nt.shape_checks(False):
-        ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(quick, 0.0)
-        torch._dynamo.reset()
-        explanation = torch._dynamo.explain(ours)(source, target, target_mask=causal)
-        torch._dynamo.reset()
-        # quick mode proves fullgraph capture cheaply; a full run compiles with inductor
-        compiled_model = torch.compile(ours, fullgraph=True, backend="eager" if quick else "inductor")
-        optimiser = torch.optim.AdamW(ours.parameters(), lr=1e-4)
+        for dropout in (0.0, 0.1):
+            ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(quick, dropout)
+            torch._dynamo.reset()
+            explanation = torch._dynamo.explain(ours)(source, target, target_mask=causal)
+            torch._dynamo.reset()
+            # quick mode proves fullgraph capture cheaply; a full run compiles with inductor
+            compiled_model = torch.compile(ours, fullgraph=True, backend="eager" if quick else "inductor")
+            optimiser = torch.optim.AdamW(ours.parameters(), lr=1e-4)
 
-        def compiled_step():
-            optimiser.zero_grad()
-            compiled_model(source, target, target_mask=causal).square().mean().backward()
-            optimiser.step()
+            def compiled_step(model=compiled_model, optimiser=optimiser, source=source, target=target, causal=causal):
+                optimiser.zero_grad()
+                model(source, target, target_mask=causal).square().mean().backward()
+                optimiser.step()
 
-        compiled_step()  # compile outside the timing
-        eager, fast, reference = interleaved(
-            {"named eager": named_step, "named compiled": compiled_step, "nn.Transformer eager": torch_step},
-            3 if quick else 20,
-        )
-    rows.append(["graphs / graph breaks", f"{explanation.graph_count} / {explanation.graph_break_count}", ""])
-    rows += [[t.name, ms(t.median), f"{t.median / reference.median:.3f}"] for t in (eager, fast, reference)]
+            compiled_step()  # compile outside the timing
+            eager, fast, reference = interleaved(
+                {"named eager": named_step, "named compiled": compiled_step, "nn.Transformer eager": torch_step},
+                3 if quick else 20,
+            )
+            graphs = f"{explanation.graph_count} / {explanation.graph_break_count}"
+            rows.append([f"dropout {dropout}: graphs / graph breaks", graphs, ""])
+            rows += [[f"dropout {dropout}: {t.name}", ms(t.median), f"{t.median / reference.median:.3f}"]
+                     for t in (eager, fast, reference)]  # fmt: skip
     return table(f"6. torch.compile(fullgraph=True), checks off ({sizes})", ["", "ms", "/ nn.Transformer eager"], rows)

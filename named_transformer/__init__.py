@@ -16,6 +16,7 @@ from named_transformer.basic import basic_self_attention
 from named_transformer.classifier import TransformerClassifier, masked_max
 from named_transformer.config import TransformerConfig
 from named_transformer.decoder import Decoder, DecoderLayer
+from named_transformer.dropout import dropout
 from named_transformer.embedding import (
     LearnedPositions,
     SinusoidalPositions,
@@ -89,6 +90,7 @@ __all__ = [
     "checked",
     "cosine_score",
     "dot_score",
+    "dropout",
     "feed_forward",
     "fused_attention",
     "general_score",

@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.dropout import dropout as drop
 from named_transformer.positions import sinusoidal_positions
 
 __all__ = ["LearnedPositions", "SinusoidalPositions", "TokenEmbedding", "add_positions", "embed"]
@@ -68,7 +68,7 @@ def add_positions(
     training: bool = False,
 ) -> Float[Tensor, "*batch seq layer"]:
     r"""$X^0 = \text{Dropout}(W + P)$: the same table for every example of the batch."""
-    return F.dropout(inputs + positions, dropout, training) if dropout > 0.0 else inputs + positions
+    return drop(inputs + positions, dropout, training)
 # --8<-- [end:add_positions]
 
 

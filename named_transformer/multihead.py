@@ -31,13 +31,13 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from einops import einsum, rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.attention import attend, attention_weights, fused_attention
 from named_transformer.axes import checked
+from named_transformer.dropout import dropout as drop
 from named_transformer.parameters import CountsParameters
 
 __all__ = [
@@ -99,7 +99,7 @@ def attend_heads(
     if fused:
         return merge_heads(fused_attention(queries, keys, values, mask, dropout, training), w_o, b_o), None
     weights = attention_weights(queries, keys, mask)
-    dropped = F.dropout(weights, dropout, training) if dropout > 0.0 else weights
+    dropped = drop(weights, dropout, training)
     return merge_heads(attend(dropped, values), w_o, b_o), weights
 # --8<-- [end:attend_heads]
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from einops import einsum, rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.attention import attend
 from named_transformer.axes import checked
+from named_transformer.dropout import dropout as drop
 from named_transformer.multihead import MultiHeadAttention, merge_heads, project_heads
 from named_transformer.positions import relative_position_index
 from named_transformer.scores import scaled_dot_score
@@ -113,7 +113,7 @@ def relative_multihead_attention(
     if mask is not None:
         mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
     weights = relative_attention_weights(queries, keys, a_k, index, mask)
-    dropped = F.dropout(weights, dropout, training) if dropout > 0.0 else weights
+    dropped = drop(weights, dropout, training)
     return merge_heads(relative_attend(dropped, values, a_v, index), w_o, b_o), weights
 # --8<-- [end:relative_multihead_attention]
 

@@ -29,6 +29,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.dropout import dropout
 from named_transformer.feedforward import feed_forward, relu
 from named_transformer.norm import layer_norm
 
@@ -82,7 +83,7 @@ class FeedForward(nn.Module):
 
     def _activate(self, hidden: Tensor) -> Tensor:
         hidden = ACTIVATIONS[self.activation](hidden)
-        return F.dropout(hidden, self.dropout, self.training) if self.dropout > 0.0 else hidden
+        return dropout(hidden, self.dropout, self.training)
 
     @checked
     def forward(self, inputs: Float[Tensor, "*batch layer"]) -> Float[Tensor, "*batch layer"]:
@@ -116,5 +117,5 @@ class Residual(nn.Module):
         return self.norm(inputs + self._drop(sublayer(inputs)))
 
     def _drop(self, outputs: Tensor) -> Tensor:
-        return F.dropout(outputs, self.dropout, self.training) if self.dropout > 0.0 else outputs
+        return dropout(outputs, self.dropout, self.training)
 # --8<-- [end:Residual]

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
@@ -35,6 +34,7 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
+from named_transformer.dropout import dropout
 from named_transformer.embedding import LearnedPositions
 from named_transformer.language_model import LanguageModel
 from named_transformer.relative import RelativeMultiHeadAttention
@@ -97,7 +97,7 @@ class NoPositions(nn.Module):
     @checked
     def forward(self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0) -> Float[Tensor, "*batch seq layer"]:
         del offset
-        return F.dropout(inputs, self.dropout, self.training)
+        return dropout(inputs, self.dropout, self.training)
 
 
 def make_spec(

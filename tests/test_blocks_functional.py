@@ -170,3 +170,25 @@ def test_einsum_direction_of_feed_forward_weights():
     linear = torch.nn.Linear(LAYER, HIDDEN)
     x = torch.randn(SEQ, LAYER)
     torch.testing.assert_close(einsum(x, linear.weight, "seq layer, hidden layer -> seq hidden") + linear.bias, linear(x))
+
+
+def test_dropout_is_torchs_when_eager_and_off_outside_training():
+    x = torch.randn(4, SEQ, HIDDEN)
+    assert nt.dropout(x, 0.3, training=False) is x and nt.dropout(x, 0.0, training=True) is x
+    torch.manual_seed(5)
+    ours = nt.dropout(x, 0.3, training=True)
+    torch.manual_seed(5)
+    assert torch.equal(ours, F.dropout(x, 0.3, training=True))
+
+
+def test_compiled_dropout_draws_a_float_mask_with_the_right_rate_and_gradient():
+    p = 0.3
+    compiled = torch.compile(nt.dropout, backend="aot_eager", fullgraph=True)
+    x = (torch.rand(200, 500) + 1.0).requires_grad_()  # no zeros: a dropped entry is exactly 0
+    with nt.shape_checks(False):
+        y = compiled(x, p, True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.01  # 100,000 draws: std 0.0015
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, kept.float() / (1 - p))
