@@ -31,10 +31,12 @@ def _row(label: str, named, reference, flops: int | None = None) -> list[object]
     return row
 
 
-def _attention_pair(batch: int, seq: int, layer: int, heads: int):
-    """nn.MultiheadAttention and the named module with its weights; their causal fwd+bwd steps."""
+def _attention_pair(batch: int, seq: int, layer: int, heads: int, fused: bool = False):
+    """Causal fwd+bwd steps of nn.MultiheadAttention and of the named module holding its weights."""
     theirs = nn.MultiheadAttention(layer, heads, batch_first=True)
     ours = from_torch(theirs)
+    if fused:
+        _fuse(ours)
     x = torch.randn(batch, seq, layer, requires_grad=True)
     causal = nt.causal_mask(seq)
 
@@ -44,13 +46,13 @@ def _attention_pair(batch: int, seq: int, layer: int, heads: int):
     def torch_step():
         theirs(x, x, x, attn_mask=~causal, need_weights=False)[0].sum().backward()
 
-    return ours, named_step, torch_step
+    return named_step, torch_step
 
 
 def multihead(quick: bool) -> str:
     """3 and 5: MultiHeadAttention forward+backward vs nn.MultiheadAttention, checks off and on."""
     batch, seq, layer, heads = (4, 16, 64, 4) if quick else (32, 64, 256, 8)
-    _, named_step, torch_step = _attention_pair(batch, seq, layer, heads)
+    named_step, torch_step = _attention_pair(batch, seq, layer, heads)
     repeats = 3 if quick else 40
     rows = []
     with nt.shape_checks(False):
@@ -85,10 +87,8 @@ def fused_option(quick: bool) -> str:
     sizes = [(4, 16, 64, 4), (2, 64, 64, 4)] if quick else [(32, 64, 256, 8), (2, 1024, 256, 8)]
     with nt.shape_checks(False):
         for batch, seq, layer, heads in sizes:
-            ours, named_step, torch_step = _attention_pair(batch, seq, layer, heads)
-            fused_ours, fused_step, _ = _attention_pair(batch, seq, layer, heads)
-            fused_ours.load_state_dict(ours.state_dict())
-            _fuse(fused_ours)
+            named_step, torch_step = _attention_pair(batch, seq, layer, heads)
+            fused_step, _ = _attention_pair(batch, seq, layer, heads, fused=True)
             timings = interleaved({"named": named_step, "fused": fused_step, "torch": torch_step}, repeats)
             rows.append([f"MultiHeadAttention fwd+bwd, batch {batch} × seq {seq}", *_ratios(timings)])
         _, _, named_step, torch_step, sizes = _transformer_pair(quick, 0.0)
@@ -143,31 +143,38 @@ def training_step(quick: bool, peak_gflops: float) -> str:
     return table(title, header, rows)
 
 
+def _compiled_rows(quick: bool, dropout: float) -> tuple[list[list[str]], str]:
+    """Graph count and eager / compiled / nn.Transformer step times at one dropout rate."""
+    ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(quick, dropout)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(ours)(source, target, target_mask=causal)
+    torch._dynamo.reset()
+    # quick mode proves fullgraph capture cheaply; a full run compiles with inductor
+    compiled_model = torch.compile(ours, fullgraph=True, backend="eager" if quick else "inductor")
+    optimiser = torch.optim.AdamW(ours.parameters(), lr=1e-4)
+
+    def compiled_step():
+        optimiser.zero_grad()
+        compiled_model(source, target, target_mask=causal).square().mean().backward()
+        optimiser.step()
+
+    compiled_step()  # compile outside the timing
+    eager, fast, reference = interleaved(
+        {"named eager": named_step, "named compiled": compiled_step, "nn.Transformer eager": torch_step},
+        3 if quick else 20,
+    )
+    graphs = f"{explanation.graph_count} / {explanation.graph_break_count}"
+    rows = [[f"dropout {dropout}: graphs / graph breaks", graphs, ""]]
+    rows += [[f"dropout {dropout}: {t.name}", ms(t.median), f"{t.median / reference.median:.3f}"]
+             for t in (eager, fast, reference)]  # fmt: skip
+    return rows, sizes
+
+
 def compiled(quick: bool) -> str:
     """6. Eager vs torch.compile with checks off: fullgraph, graph breaks, speed (dropout 0.0 and 0.1)."""
     rows = []
     with nt.shape_checks(False):
         for dropout in (0.0, 0.1):
-            ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(quick, dropout)
-            torch._dynamo.reset()
-            explanation = torch._dynamo.explain(ours)(source, target, target_mask=causal)
-            torch._dynamo.reset()
-            # quick mode proves fullgraph capture cheaply; a full run compiles with inductor
-            compiled_model = torch.compile(ours, fullgraph=True, backend="eager" if quick else "inductor")
-            optimiser = torch.optim.AdamW(ours.parameters(), lr=1e-4)
-
-            def compiled_step(model=compiled_model, optimiser=optimiser, source=source, target=target, causal=causal):
-                optimiser.zero_grad()
-                model(source, target, target_mask=causal).square().mean().backward()
-                optimiser.step()
-
-            compiled_step()  # compile outside the timing
-            eager, fast, reference = interleaved(
-                {"named eager": named_step, "named compiled": compiled_step, "nn.Transformer eager": torch_step},
-                3 if quick else 20,
-            )
-            graphs = f"{explanation.graph_count} / {explanation.graph_break_count}"
-            rows.append([f"dropout {dropout}: graphs / graph breaks", graphs, ""])
-            rows += [[f"dropout {dropout}: {t.name}", ms(t.median), f"{t.median / reference.median:.3f}"]
-                     for t in (eager, fast, reference)]  # fmt: skip
+            more, sizes = _compiled_rows(quick, dropout)
+            rows += more
     return table(f"6. torch.compile(fullgraph=True), checks off ({sizes})", ["", "ms", "/ nn.Transformer eager"], rows)
