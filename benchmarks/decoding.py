@@ -1,25 +1,84 @@
-"""Benchmark 7: greedy decoding with and without the key/value cache (tokens/s)."""
+"""Benchmark 7: greedy decoding with and without the key/value cache (tokens/s).
+
+The reference is the same cached decoding written with PyTorch's primitives
+(``F.linear``, ``F.scaled_dot_product_attention``, ``F.layer_norm``) over the weights of
+the ``nn.TransformerEncoderLayer`` stack that ``interop.to_torch`` makes from the model:
+PyTorch has no cached decoder of its own, and this measures what the named cached step
+costs over a hand-written one.
+"""
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 import named_transformer as nt
 from benchmarks.common import Timing, interleaved, table
 from named_transformer.config import TransformerConfig
 from named_transformer.decoding import IncrementalDecoder, greedy
+from named_transformer.interop import to_torch
 from named_transformer.language_model import LanguageModel
 
 
-def _timings(model, prompt, tokens: int, repeats: int) -> tuple[Timing, Timing, bool]:
-    """Cached and recomputing decoding, interleaved; the medians of ``repeats`` runs each."""
+class _PyTorchCachedStep:
+    """Next-token log-probabilities of a post-norm, tied-output language model, cached, in plain PyTorch."""
 
-    def decode(cache: bool):
-        return lambda: greedy(IncrementalDecoder(model, cache=cache), prompt, tokens).tokens
+    def __init__(self, model: LanguageModel, capacity: int) -> None:
+        c = model.config
+        if c.norm_first or c.has_final_norm or c.activation != "relu" or model.generator.bias is not None:
+            raise ValueError("the PyTorch reference covers post-norm, ReLU, tied-output models only")
+        self.layers = to_torch(model.blocks).layers
+        self.heads, self.width = c.heads, c.layer
+        self.table = model.embedding.table.detach()
+        self.positions = model.positions(torch.zeros(1, capacity, c.layer)).detach()  # the sinusoids alone
+        head_width = c.layer // c.heads
+        self.keys = [torch.empty(1, c.heads, capacity, head_width) for _ in self.layers]
+        self.values = [torch.empty(1, c.heads, capacity, head_width) for _ in self.layers]
+        self.length = 0
 
-    same = bool(torch.equal(decode(True)(), decode(False)()))  # also the warm-up
-    cached, recomputed = interleaved({"cache": decode(True), "recompute": decode(False)}, repeats, warmup=0)
-    return cached, recomputed, same
+    @torch.inference_mode()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        t = self.length
+        if tokens.shape != (1, t + 1):
+            raise ValueError("the PyTorch reference decodes one row from a one-token prompt")
+        x = self.table[tokens[:, t:]] * math.sqrt(self.width) + self.positions[:, t : t + 1]
+        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
+            attention = layer.self_attn
+            qkv = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)
+            q, k, v = qkv.view(1, 1, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            keys[:, :, t : t + 1], values[:, :, t : t + 1] = k, v
+            y = F.scaled_dot_product_attention(q, keys[:, :, : t + 1], values[:, :, : t + 1])
+            y = F.linear(y.transpose(1, 2).reshape(1, 1, -1), attention.out_proj.weight, attention.out_proj.bias)
+            x = F.layer_norm(x + y, (self.width,), layer.norm1.weight, layer.norm1.bias, layer.norm1.eps)
+            y = F.linear(F.relu(F.linear(x, layer.linear1.weight, layer.linear1.bias)), layer.linear2.weight,
+                         layer.linear2.bias)
+            x = F.layer_norm(x + y, (self.width,), layer.norm2.weight, layer.norm2.bias, layer.norm2.eps)
+        self.length = t + 1
+        return F.log_softmax(F.linear(x, self.table), dim=-1)[:, -1]
+
+
+def _timings(model, prompt, tokens: int, repeats: int) -> tuple[list[Timing], float]:
+    """Named cached, named recomputing and PyTorch cached decoding, interleaved (medians of ``repeats``).
+
+    Also the largest difference between the named cached and the PyTorch log-probabilities.
+    """
+    named = greedy(IncrementalDecoder(model, cache=True), prompt, tokens).log_probs  # also the warm-up
+    reference = greedy(_PyTorchCachedStep(model, tokens), prompt, tokens).log_probs
+    recomputed = greedy(IncrementalDecoder(model, cache=False), prompt, tokens).log_probs
+    difference = max((named - reference).abs().max().item(), (named - recomputed).abs().max().item())
+
+    def decode(make):
+        return lambda: greedy(make(), prompt, tokens)
+
+    candidates = {
+        "cache": decode(lambda: IncrementalDecoder(model, cache=True)),
+        "recompute": decode(lambda: IncrementalDecoder(model, cache=False)),
+        "pytorch": decode(lambda: _PyTorchCachedStep(model, tokens)),
+    }
+    return interleaved(candidates, repeats, warmup=0), difference
 
 
 def kv_cache(quick: bool) -> str:
@@ -38,11 +97,13 @@ def kv_cache(quick: bool) -> str:
     with nt.shape_checks(False), torch.no_grad():
         for threads in sorted({1, threads_before}):
             torch.set_num_threads(threads)
-            cached, recomputed, same = _timings(model, prompt, tokens, repeats)
+            (cached, recomputed, pytorch), difference = _timings(model, prompt, tokens, repeats)
             rows.append([threads, f"{tokens / cached.median:.0f}", cached.spread, f"{tokens / recomputed.median:.0f}",
-                         recomputed.spread, f"{recomputed.median / cached.median:.1f}×", same])
+                         recomputed.spread, f"{recomputed.median / cached.median:.1f}×",
+                         f"{tokens / pytorch.median:.0f}", pytorch.spread, f"{cached.median / pytorch.median:.2f}×",
+                         f"{difference:.0e}"])
     torch.set_num_threads(threads_before)
     sizes = f"{config.decoder_layers} layers, layer {config.layer}, heads {config.heads}, hidden {config.hidden}"
     header = ["threads", "with cache, tokens/s", "spread", "recompute the prefix, tokens/s", "spread", "speed-up",
-              "same tokens"]
+              "PyTorch cached step, tokens/s", "spread", "named / PyTorch time", "max abs Δ log p"]
     return table(f"7. Greedy decoding of {tokens} tokens, batch 1 ({sizes})", header, rows)
