@@ -195,19 +195,26 @@ class IncrementalDecoder:
 
     def _step(self, new: Tensor, offset: int) -> Tensor:
         model = self.model
-        if self.encoder_decoder:
-            hidden = model.positions(model.target_embedding(new), offset)
-        else:
-            hidden = model.positions(model.embedding(new), offset)
+        embedding = model.target_embedding if self.encoder_decoder else model.embedding
+        hidden = model.positions(embedding(new), offset)
         seq_q = new.shape[-1]
         # one new token may see every cached position and itself: no mask to apply
         mask = None if seq_q == 1 else causal_mask(seq_q, offset + seq_q, offset=offset, device=new.device)
+        return self._layers_and_output(hidden, mask, offset)
+
+    def _layers_and_output(self, hidden: Tensor, mask: Tensor | None, offset) -> Tensor:
         for layer, entry in zip(self.layers, self.caches, strict=True):
             hidden = self._layer(layer, entry, hidden, mask, offset)
-        stack = model.stacks.decoder if self.encoder_decoder else model.blocks
+        stack = self.model.stacks.decoder if self.encoder_decoder else self.model.blocks
         if stack.norm is not None:
             hidden = stack.norm(hidden)
-        return model.generator(hidden)
+        return self.model.generator(hidden)
+
+    def _remember(self, entry: _LayerCache, keys: Tensor, values: Tensor, offset: int, mask: Tensor | None):
+        """Store the new keys and values; return every position seen so far and the mask over them."""
+        entry.keys, entry.values = _grow(entry.keys, offset, keys), _grow(entry.values, offset, values)
+        seen = offset + keys.shape[-2]
+        return entry.keys[..., :seen, :], entry.values[..., :seen, :], mask
 
     def _layer(self, layer, entry: _LayerCache, hidden, mask, offset):
         def self_attend(x: Tensor) -> Tensor:
@@ -218,10 +225,8 @@ class IncrementalDecoder:
                 values = project_heads(x, attention.w_v, attention.b_v)
             else:
                 queries, keys, values = stacked_projection(x, entry.w_qkv, attention.heads, entry.b_qkv)
-            entry.keys, entry.values = _grow(entry.keys, offset, keys), _grow(entry.values, offset, values)
-            seen = offset + keys.shape[-2]
-            cached_keys, cached_values = entry.keys[..., :seen, :], entry.values[..., :seen, :]
-            return _cached_attention(attention, queries, cached_keys, cached_values, mask, offset)
+            keys, values, seen_mask = self._remember(entry, keys, values, offset, mask)
+            return _cached_attention(attention, queries, keys, values, seen_mask, offset)
 
         def cross_attend(x: Tensor) -> Tensor:
             attention = layer.cross_attention

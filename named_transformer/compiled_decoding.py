@@ -1,0 +1,107 @@
+r"""Cached decoding compiled by ``torch.compile``, over a cache of fixed size.
+
+A cached step (:class:`~named_transformer.decoding.IncrementalDecoder`) does little
+arithmetic on one token: its time goes to the hundreds of small operations around it,
+which a compiler can fuse away. A compiler wants the same shapes at every step, though,
+and the cache grows by one position per step. So this decoder keeps room for
+``capacity`` positions from the start and attends over all of them, masking the slots
+not yet written. With the new token at position $t$, the self-attention mask over the
+slots $j$ of $\mathsf{seq}$ is
+
+$$M_j = \begin{cases} 0 & j \le t \\ -\infty & j > t \end{cases}
+\qquad \text{Attention}(Q, K, V, M) = \nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right) \ndot{seq} V,$$
+
+which gives every slot after $t$ the weight 0: the same output as attending over the
+$t + 1$ positions seen (a test checks it). The position $t$ enters the step as a tensor,
+not as a Python number, so one compiled graph serves every position.
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from named_transformer.axes import shape_checks
+from named_transformer.decoding import IncrementalDecoder, _LayerCache
+from named_transformer.embedding import add_positions
+from named_transformer.relative import RelativeMultiHeadAttention
+
+__all__ = ["CompiledDecoder"]
+
+
+# --8<-- [start:CompiledDecoder]
+class CompiledDecoder(IncrementalDecoder):
+    r"""An :class:`~named_transformer.decoding.IncrementalDecoder` whose one-token step is compiled.
+
+    Room for ``capacity`` positions (prompt and generated tokens together) is kept from
+    the start. The first call for a batch size compiles the step (tens of seconds with
+    the default ``backend="inductor"``); later calls, and later decoders of the same
+    model and batch size, reuse it. The step runs with shape checks off: they cannot run
+    inside a compiled graph. The model must be in eval mode (its position table is read
+    once) and use ordinary, not relative, self-attention.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        source: Tensor | None = None,
+        source_mask: Tensor | None = None,
+        *,
+        capacity: int,
+        backend: str = "inductor",
+    ) -> None:
+        if model.training:
+            raise ValueError("call model.eval() first: the compiled step reads the position table once")
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        super().__init__(model, source, source_mask, cache=True)
+        if any(isinstance(layer.self_attention, RelativeMultiHeadAttention) for layer in self.layers):
+            raise ValueError("CompiledDecoder supports MultiHeadAttention only, not relative self-attention")
+        self.capacity = capacity
+        self.slots = torch.arange(capacity, device=self._like().device)
+        with torch.inference_mode():  # P for every slot: the position module applied to zeros
+            self.position_table = model.positions(self._like().new_zeros(1, capacity, self._like().shape[-1]))[0]
+        self._compiled = torch.compile(self._step_at, fullgraph=True, dynamic=False, backend=backend)
+
+    def _like(self) -> Tensor:
+        """A parameter giving the model's dtype, device and width (its embedding table)."""
+        model = self.model
+        return (model.target_embedding if self.encoder_decoder else model.embedding).table
+
+    def _allocate(self, batch: int) -> None:
+        for layer, entry in zip(self.layers, self.caches, strict=True):
+            attention = layer.self_attention
+            heads, key, val = attention.heads, attention.w_k.shape[-1], attention.w_v.shape[-1]
+            entry.keys = self._like().new_zeros(batch, heads, self.capacity, key)  # zeros: finite where masked
+            entry.values = self._like().new_zeros(batch, heads, self.capacity, val)
+
+    @torch.inference_mode()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """Log-probabilities (``batch vocab``) of the token after ``tokens`` (``batch seq``)."""
+        if tokens.shape[-1] > self.capacity:
+            raise ValueError(f"{tokens.shape[-1]} positions do not fit the cache's capacity of {self.capacity}")
+        if self.caches[0].keys is None:
+            self._allocate(tokens.shape[0])
+        with shape_checks(False):
+            for position in range(self.length, tokens.shape[-1]):  # a prompt goes in one token at a time
+                where = torch.tensor([position], device=tokens.device)
+                # a fresh copy: a slice of tokens would have strides that change every step
+                new = tokens[:, position : position + 1].clone(memory_format=torch.contiguous_format)
+                log_probs = self._compiled(new, where)
+        self.length = tokens.shape[-1]
+        return log_probs[:, -1]
+
+    def _step_at(self, new: Tensor, position: Tensor) -> Tensor:
+        """The one-token step at ``position`` (a tensor of one element): the same shapes at every position."""
+        embedding = self.model.target_embedding if self.encoder_decoder else self.model.embedding
+        hidden = add_positions(embedding(new), self.position_table.index_select(0, position))
+        return self._layers_and_output(hidden, None, position)
+
+    def _remember(self, entry: _LayerCache, keys: Tensor, values: Tensor, position: Tensor, mask: None):
+        """Write slot ``position`` of the fixed buffers; attend over every slot, masking those after it."""
+        entry.keys.index_copy_(-2, position, keys)  # allow-raw: write one slot of seq in place
+        entry.values.index_copy_(-2, position, values)  # allow-raw: write one slot of seq in place
+        seen = rearrange(self.slots <= position, "seq -> 1 seq")  # seq_q = 1
+        return entry.keys, entry.values, seen
+# --8<-- [end:CompiledDecoder]
