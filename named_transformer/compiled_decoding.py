@@ -59,22 +59,19 @@ class CompiledDecoder(IncrementalDecoder):
         if any(isinstance(layer.self_attention, RelativeMultiHeadAttention) for layer in self.layers):
             raise ValueError("CompiledDecoder supports MultiHeadAttention only, not relative self-attention")
         self.capacity = capacity
-        self.slots = torch.arange(capacity, device=self._like().device)
+        table = self.embedding.table  # gives the model's dtype, device and width
+        self.slots = torch.arange(capacity, device=table.device)
         with torch.inference_mode():  # P for every slot: the position module applied to zeros
-            self.position_table = model.positions(self._like().new_zeros(1, capacity, self._like().shape[-1]))[0]
+            self.position_table = model.positions(table.new_zeros(1, capacity, table.shape[-1]))[0]
         self._compiled = torch.compile(self._step_at, fullgraph=True, dynamic=False, backend=backend)
 
-    def _like(self) -> Tensor:
-        """A parameter giving the model's dtype, device and width (its embedding table)."""
-        model = self.model
-        return (model.target_embedding if self.encoder_decoder else model.embedding).table
-
     def _allocate(self, batch: int) -> None:
+        table = self.embedding.table
         for layer, entry in zip(self.layers, self.caches, strict=True):
             attention = layer.self_attention
             heads, key, val = attention.heads, attention.w_k.shape[-1], attention.w_v.shape[-1]
-            entry.keys = self._like().new_zeros(batch, heads, self.capacity, key)  # zeros: finite where masked
-            entry.values = self._like().new_zeros(batch, heads, self.capacity, val)
+            entry.keys = table.new_zeros(batch, heads, self.capacity, key)  # zeros: finite where masked
+            entry.values = table.new_zeros(batch, heads, self.capacity, val)
 
     @torch.inference_mode()
     def __call__(self, tokens: Tensor) -> Tensor:
@@ -94,8 +91,7 @@ class CompiledDecoder(IncrementalDecoder):
 
     def _step_at(self, new: Tensor, position: Tensor) -> Tensor:
         """The one-token step at ``position`` (a tensor of one element): the same shapes at every position."""
-        embedding = self.model.target_embedding if self.encoder_decoder else self.model.embedding
-        hidden = add_positions(embedding(new), self.position_table.index_select(0, position))
+        hidden = add_positions(self.embedding(new), self.position_table.index_select(0, position))
         return self._layers_and_output(hidden, None, position)
 
     def _remember(self, entry: _LayerCache, keys: Tensor, values: Tensor, position: Tensor, mask: None):

@@ -151,6 +151,7 @@ class IncrementalDecoder:
     ) -> None:
         self.model, self.use_cache = model, cache
         self.encoder_decoder = hasattr(model, "encode")
+        self.embedding = model.target_embedding if self.encoder_decoder else model.embedding
         if self.encoder_decoder and source is None:
             raise ValueError("an encoder-decoder model needs the source to decode from")
         self.source_mask = source_mask
@@ -194,9 +195,7 @@ class IncrementalDecoder:
         return log_probs[:, -1]
 
     def _step(self, new: Tensor, offset: int) -> Tensor:
-        model = self.model
-        embedding = model.target_embedding if self.encoder_decoder else model.embedding
-        hidden = model.positions(embedding(new), offset)
+        hidden = self.model.positions(self.embedding(new), offset)
         seq_q = new.shape[-1]
         # one new token may see every cached position and itself: no mask to apply
         mask = None if seq_q == 1 else causal_mask(seq_q, offset + seq_q, offset=offset, device=new.device)
