@@ -35,11 +35,12 @@ class CompiledDecoder(IncrementalDecoder):
     r"""An :class:`~named_transformer.decoding.IncrementalDecoder` whose one-token step is compiled.
 
     Room for ``capacity`` positions (prompt and generated tokens together) is kept from
-    the start. The first call for a batch size compiles the step (tens of seconds with
-    the default ``backend="inductor"``); later calls, and later decoders of the same
-    model and batch size, reuse it. The step runs with shape checks off: they cannot run
-    inside a compiled graph. The model must be in eval mode (its position table is read
-    once) and use ordinary, not relative, self-attention.
+    the start. The first call compiles the step (tens of seconds with the default
+    ``backend="inductor"``); later calls, and later decoders of the same model, batch
+    size and capacity, reuse it. A new batch size or capacity compiles again
+    (``torch.compile`` keeps up to 8 versions of one function). The step runs with shape
+    checks off: they cannot run inside a compiled graph. The model must be in eval mode
+    (its position table is read once) and use ordinary, not relative, self-attention.
     """
 
     def __init__(
