@@ -20,11 +20,11 @@ from torch import Tensor
 
 import named_transformer as nt
 from benchmarks.common import interleaved, table
-from named_transformer.compiled_decoding import CompiledDecoder
-from named_transformer.config import TransformerConfig
+from named_transformer.decoding.compiled import CompiledDecoder
+from named_transformer.models.config import TransformerConfig
 from named_transformer.decoding import IncrementalDecoder, greedy
-from named_transformer.interop import to_torch
-from named_transformer.language_model import LanguageModel
+from named_transformer.interop.pytorch import to_torch
+from named_transformer.models.language_model import LanguageModel
 
 
 class _PyTorchCachedStep:

@@ -13,8 +13,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import named_transformer as nt
 from benchmarks.common import interleaved, ms, table
-from named_transformer.interop import from_torch
-from named_transformer.multihead import MultiHeadAttention
+from named_transformer.interop.pytorch import from_torch
+from named_transformer.models.multihead import MultiHeadAttention
 
 
 def _flops(step) -> int:

@@ -4,33 +4,45 @@ Every public function is shape-checked at run time (see :mod:`named_transformer.
 ``shape_checks(False)`` turns checking off.
 """
 
-from named_transformer.attention import (
+from named_transformer.axes import AXES, Axis, checked, shape_checks, shape_checks_enabled
+from named_transformer.core.attention import (
     attend,
     attention,
     attention_from_scores,
     attention_weights,
     fused_attention,
 )
-from named_transformer.axes import AXES, Axis, checked, shape_checks, shape_checks_enabled
-from named_transformer.basic import basic_self_attention
-from named_transformer.classifier import TransformerClassifier, masked_max
-from named_transformer.config import TransformerConfig
-from named_transformer.decoder import Decoder, DecoderLayer
-from named_transformer.dropout import dropout
-from named_transformer.embedding import (
+from named_transformer.core.basic import basic_self_attention
+from named_transformer.core.dropout import dropout
+from named_transformer.core.feedforward import feed_forward, relu
+from named_transformer.core.masks import causal_mask, key_padding_mask, padding_mask
+from named_transformer.core.norm import layer_norm, standardize
+from named_transformer.core.pooling import attention_pooling, attention_pooling_weights
+from named_transformer.core.positions import relative_position_index, sinusoidal_positions
+from named_transformer.core.scores import (
+    additive_score,
+    cosine_score,
+    dot_score,
+    general_score,
+    location_score,
+    scaled_dot_score,
+)
+from named_transformer.core.softmax import hardmax, softmax
+from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
+from named_transformer.models.classifier import TransformerClassifier, masked_max
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.decoder import Decoder, DecoderLayer
+from named_transformer.models.embedding import (
     LearnedPositions,
     SinusoidalPositions,
     TokenEmbedding,
     add_positions,
     embed,
 )
-from named_transformer.encoder import Encoder, EncoderLayer
-from named_transformer.feedforward import feed_forward, relu
-from named_transformer.generator import Generator, log_probabilities
-from named_transformer.interop import from_torch, mask_from_torch, to_torch
-from named_transformer.language_model import LanguageModel
-from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
-from named_transformer.multihead import (
+from named_transformer.models.encoder import Encoder, EncoderLayer
+from named_transformer.models.generator import Generator, log_probabilities
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.multihead import (
     MultiHeadAttention,
     attend_heads,
     merge_heads,
@@ -40,26 +52,15 @@ from named_transformer.multihead import (
     stack_qkv,
     stacked_projection,
 )
-from named_transformer.norm import layer_norm, standardize
-from named_transformer.parameters import CountsParameters
-from named_transformer.pooling import attention_pooling, attention_pooling_weights
-from named_transformer.positions import relative_position_index, sinusoidal_positions
-from named_transformer.relative import (
+from named_transformer.models.parameters import CountsParameters
+from named_transformer.models.relative import (
     RelativeMultiHeadAttention,
     relative_attend,
     relative_attention_weights,
     relative_multihead_attention,
 )
-from named_transformer.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
-from named_transformer.scores import (
-    additive_score,
-    cosine_score,
-    dot_score,
-    general_score,
-    location_score,
-    scaled_dot_score,
-)
-from named_transformer.seq2seq import (
+from named_transformer.models.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
+from named_transformer.models.seq2seq import (
     AttentionDecoder,
     BahdanauSeq2Seq,
     BidirectionalEncoder,
@@ -71,9 +72,8 @@ from named_transformer.seq2seq import (
     recurrence,
     reverse_padded,
 )
-from named_transformer.softmax import hardmax, softmax
-from named_transformer.sublayers import FeedForward, LayerNorm, Residual
-from named_transformer.transformer import Transformer, TransformerStacks
+from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.models.transformer import Transformer, TransformerStacks
 
 __all__ = [
     "AXES",

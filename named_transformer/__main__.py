@@ -1,5 +1,5 @@
-"""``python -m named_transformer``: see :mod:`named_transformer.cli`."""
+"""``python -m named_transformer``: see :mod:`named_transformer.workflows.cli`."""
 
-from named_transformer.cli import main
+from named_transformer.workflows.cli import main
 
 raise SystemExit(main())

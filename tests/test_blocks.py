@@ -9,12 +9,12 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 import named_transformer as nt
-from named_transformer.decoder import DecoderLayer
-from named_transformer.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding, embed
-from named_transformer.encoder import EncoderLayer
-from named_transformer.generator import Generator, log_probabilities
-from named_transformer.interop import from_torch, mask_from_torch
-from named_transformer.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.models.decoder import DecoderLayer
+from named_transformer.models.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding, embed
+from named_transformer.models.encoder import EncoderLayer
+from named_transformer.models.generator import Generator, log_probabilities
+from named_transformer.interop.pytorch import from_torch, mask_from_torch
+from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN, VOCAB = 2, 3, 5, 12, 3, 10, 11
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from einops import einsum
 
 import named_transformer as nt
-from named_transformer.feedforward import _ReLU
+from named_transformer.core.feedforward import _ReLU
 
 SEQ, LAYER, HIDDEN = 7, 6, 5
 

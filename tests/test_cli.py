@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from named_transformer import cli
+from named_transformer.workflows import cli
 
 TINY = ["--size", "tiny", "--steps", "2", "--train-size", "32", "--test-size", "4",
         "--eval-every", "1", "--batch-size", "8", "--min-len", "2", "--max-len", "4"]  # fmt: skip

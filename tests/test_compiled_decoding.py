@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from named_transformer import key_padding_mask
-from named_transformer.compiled_decoding import CompiledDecoder
+from named_transformer.decoding.compiled import CompiledDecoder
 from named_transformer.decoding import IncrementalDecoder, beam_search, greedy
 from tests.test_decoding import VOCAB, model_for
 

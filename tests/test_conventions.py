@@ -86,7 +86,7 @@ def raw_operations(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_raw_axis_operations(path):
     found = raw_operations(path)
     assert not found, "raw operations without '# allow-raw: <why>':\n" + "\n".join(found)
@@ -133,7 +133,7 @@ def annotation_problems(path: Path) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_public_functions_and_forwards_are_annotated_and_checked(path):
     problems = annotation_problems(path)
     assert not problems, "\n".join(problems)
@@ -157,7 +157,7 @@ def axis_names(path: Path) -> set[tuple[int, str]]:
     return names
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_every_axis_name_is_in_the_vocabulary(path):
     unknown = sorted(f"{path.name}:{line}: {name}" for line, name in axis_names(path) if name not in AXES)
     assert not unknown, "axis names missing from named_transformer.axes.AXES:\n" + "\n".join(unknown)

@@ -19,7 +19,7 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
-from named_transformer.workflows import build_model, make_spec
+from named_transformer.workflows.runner import build_model, make_spec
 
 VOCAB = 13
 
@@ -77,7 +77,7 @@ def test_cache_in_float32_is_within_1e_5():
 
 @pytest.mark.parametrize("val", [None, 11])  # 11: values wider than keys, no stacked W_qkv
 def test_long_cached_decoding_grows_its_buffers_and_equals_recomputing(val):
-    from named_transformer.multihead import MultiHeadAttention
+    from named_transformer.models.multihead import MultiHeadAttention
 
     model = model_for("decoder-only", "sinusoidal", False, 1)
     if val is not None:
@@ -195,7 +195,7 @@ def test_length_penalty_is_gnmt():
 
 
 def test_search_functions_and_no_positions_reject_wrong_sizes():
-    from named_transformer.workflows import NoPositions
+    from named_transformer.workflows.runner import NoPositions
 
     model = model_for("decoder-only", "sinusoidal", False, 7)
     with shape_checks(True):

@@ -7,13 +7,13 @@ from einops import rearrange
 from torch import nn
 
 import named_transformer as nt
-from named_transformer.config import TransformerConfig
-from named_transformer.decoder import Decoder, DecoderLayer
-from named_transformer.encoder import Encoder, EncoderLayer
-from named_transformer.interop import from_torch, mask_from_torch, to_torch
-from named_transformer.multihead import MultiHeadAttention
-from named_transformer.sublayers import LayerNorm
-from named_transformer.transformer import TransformerStacks
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.decoder import Decoder, DecoderLayer
+from named_transformer.models.encoder import Encoder, EncoderLayer
+from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
+from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.sublayers import LayerNorm
+from named_transformer.models.transformer import TransformerStacks
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN, MEMORY = 2, 3, 5, 8, 2, 6, 7
 PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 1) + [True]])

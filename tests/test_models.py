@@ -8,13 +8,13 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 import named_transformer as nt
-from named_transformer.classifier import TransformerClassifier, masked_max
-from named_transformer.config import TransformerConfig
-from named_transformer.decoder import Decoder
-from named_transformer.encoder import Encoder
-from named_transformer.interop import from_torch, mask_from_torch
-from named_transformer.language_model import LanguageModel
-from named_transformer.transformer import Transformer, TransformerStacks
+from named_transformer.models.classifier import TransformerClassifier, masked_max
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.decoder import Decoder
+from named_transformer.models.encoder import Encoder
+from named_transformer.interop.pytorch import from_torch, mask_from_torch
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.transformer import Transformer, TransformerStacks
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN = 2, 4, 5, 12, 3, 10
 SOURCE_VOCAB, TARGET_VOCAB, CLASSES = 11, 13, 3

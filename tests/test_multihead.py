@@ -9,8 +9,8 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 import named_transformer as nt
-from named_transformer.interop import from_torch, mask_from_torch, to_torch
-from named_transformer.multihead import (
+from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
+from named_transformer.models.multihead import (
     MultiHeadAttention,
     attend_heads,
     multihead_attention,

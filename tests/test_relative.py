@@ -7,8 +7,8 @@ import torch
 from jaxtyping import TypeCheckError
 
 import named_transformer as nt
-from named_transformer.multihead import MultiHeadAttention
-from named_transformer.relative import (
+from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.relative import (
     RelativeMultiHeadAttention,
     relative_attend,
     relative_attention_weights,

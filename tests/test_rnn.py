@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from jaxtyping import TypeCheckError
 
 import named_transformer as nt
-from named_transformer.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
+from named_transformer.models.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
 
 # distinct sizes for every axis: batch 2, input 5, hidden 7
 BATCH, INPUT, HIDDEN = 2, 5, 7

@@ -9,8 +9,8 @@ from jaxtyping import TypeCheckError
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import named_transformer as nt
-from named_transformer.scores import additive_score
-from named_transformer.seq2seq import (
+from named_transformer.core.scores import additive_score
+from named_transformer.models.seq2seq import (
     AttentionDecoder,
     BahdanauSeq2Seq,
     BidirectionalEncoder,
@@ -210,7 +210,7 @@ def _double(*shape):
 
 
 def test_gradcheck_functional_pieces():
-    from named_transformer.rnn import elman_cell
+    from named_transformer.models.rnn import elman_cell
 
     w_i, w_h, b = _double(3, 4), _double(3, 3), _double(3)
     mask = torch.tensor([[True, True, False], [True, False, False]])

@@ -1,12 +1,14 @@
 """Every public function of the functional core rejects a wrong axis size, naming it."""
 
 import importlib
+import pkgutil
 
 import pytest
 import torch
 from jaxtyping import TypeCheckError
 
 import named_transformer as nt
+import named_transformer.core
 
 B, SEQ_Q, SEQ, KEY_Q, KEY, VAL, LAYER, HIDDEN = 2, 3, 4, 5, 6, 7, 8, 9
 
@@ -70,6 +72,7 @@ CASES = {
         [*POOL[:3], r(HIDDEN + 1)],
         "w_score",
     ),
+    "dropout": (nt.dropout, [r(B, SEQ), 0.1, True], [torch.ones(B, SEQ, dtype=torch.long), 0.1, True], "inputs"),
     "padding_mask": (nt.padding_mask, [torch.tensor([1, 2]), 4], [torch.tensor([1.0, 2.0]), 4], "lengths"),
     "key_padding_mask": (
         nt.key_padding_mask,
@@ -103,12 +106,11 @@ def test_a_wrong_dtype_is_named_too():
         nt.softmax(r(B, SEQ), torch.ones(B, SEQ))  # a float mask, not a boolean one
 
 
-CORE_MODULES = ("attention", "basic", "feedforward", "masks", "norm", "pooling", "scores", "softmax")
-
-
 def test_every_public_function_of_the_core_has_a_case():
     public = set()
-    for module in CORE_MODULES:
-        public |= set(importlib.import_module(f"named_transformer.{module}").__all__)
-    missing = public - set(CASES) - {"causal_mask"}  # causal_mask takes sizes, no tensors
+    for module in pkgutil.iter_modules(named_transformer.core.__path__):
+        name = f"named_transformer.core.{module.name}"
+        public |= set(importlib.import_module(name).__all__)
+    takes_sizes = {"causal_mask", "sinusoidal_positions", "relative_position_index"}  # no tensors
+    missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from named_transformer import causal_mask, key_padding_mask
-from named_transformer.sentiment import (
+from named_transformer.workflows.sentiment import (
     INTENSIFIERS,
     NEGATIVE,
     NEGATORS,
@@ -22,7 +22,7 @@ from named_transformer.sentiment import (
     negation_contrast_set,
     words,
 )
-from named_transformer.tasks import (
+from named_transformer.workflows.tasks import (
     SPECIALS,
     START,
     TASKS,
@@ -254,7 +254,7 @@ def test_bag_of_words_is_the_mean_embedding_and_rejects_wrong_sizes():
     from jaxtyping import TypeCheckError
 
     from named_transformer import shape_checks
-    from named_transformer.sentiment import BagOfWords
+    from named_transformer.workflows.sentiment import BagOfWords
 
     torch.manual_seed(0)
     model = BagOfWords(vocab=11, classes=2, layer=5)

@@ -16,8 +16,8 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 from named_transformer import shape_checks
-from named_transformer.tasks import collate_lm, make_task, task_vocabulary
-from named_transformer.training import TrainConfig, Trainer, noam_rate, smoothed_cross_entropy
+from named_transformer.workflows.tasks import collate_lm, make_task, task_vocabulary
+from named_transformer.workflows.training import TrainConfig, Trainer, noam_rate, smoothed_cross_entropy
 
 VOCAB = task_vocabulary("reverse")
 
@@ -177,10 +177,30 @@ def test_training_stops_early_when_asked(tmp_path):
 
 @pytest.mark.parametrize(("target", "patience", "stopped_at"), [(0.0, 1, 2), (0.0, 3, 6), (1.01, 2, 8)])
 def test_train_task_stops_after_patience_evaluations_at_the_target(target, patience, stopped_at):
-    from named_transformer.workflows import train_task
+    from named_transformer.workflows.runner import train_task
 
     run = train_task(
         "copy", size="tiny", steps=8, train_size=32, test_size=4, eval_every=2, eval_size=4,
         batch_size=4, warmup=2, progress=False, target=target, patience=patience,
     )  # fmt: skip
     assert run["trainer"].step == stopped_at
+
+
+# Written by version 0.1.0 (commit df5e901, before the modules moved into subpackages):
+# `train_task("copy", size="tiny", steps=3, ...)`'s checkpoint, and that code's
+# log-probabilities for two sources, computed then with the model it loaded.
+CHECKPOINT_0_1_0 = Path(__file__).parent / "data" / "copy-tiny-0.1.0.pt"
+
+
+def test_a_checkpoint_written_by_version_0_1_0_still_loads_and_computes_the_same():
+    from named_transformer.workflows import load_run
+    from named_transformer.workflows.tasks import Example, collate
+
+    run = load_run(CHECKPOINT_0_1_0)
+    then = torch.load(CHECKPOINT_0_1_0.with_name("copy-tiny-0.1.0-outputs.pt"), weights_only=True)
+    examples = [Example(tuple(s), tuple(s)) for s in then["sources"]]
+    batch = collate(examples, run["vocabulary"])
+    with torch.no_grad():
+        now = run["model"](batch.source, batch.target_in, batch.source_mask, batch.target_mask)
+    assert run["spec"]["kind"] == "encoder-decoder" and run["step"] == 3
+    torch.testing.assert_close(now, then["log_probs"], rtol=0, atol=1e-6)

@@ -5,11 +5,11 @@
 
 Three models of (nearly) the same size are trained with the same budget — the same
 batches, in the same order, for the same number of updates — on the ``copy`` task of
-:mod:`named_transformer.tasks` with source lengths spread over 5 … 40:
+:mod:`named_transformer.workflows.tasks` with source lengths spread over 5 … 40:
 
-* ``attention``: :class:`~named_transformer.seq2seq.BahdanauSeq2Seq` (bidirectional GRU
+* ``attention``: :class:`~named_transformer.models.seq2seq.BahdanauSeq2Seq` (bidirectional GRU
   encoder, additive alignment);
-* ``fixed context``: :class:`~named_transformer.seq2seq.RNNEncoderDecoder`, the decoder sees
+* ``fixed context``: :class:`~named_transformer.models.seq2seq.RNNEncoderDecoder`, the decoder sees
   only the encoder's last state $c$;
 * ``fixed context, reversed source``: the same with Sutskever et al.'s reversal.
 
@@ -38,8 +38,8 @@ from einops import rearrange  # noqa: E402
 
 import named_transformer as nt  # noqa: E402
 from named_transformer import plot  # noqa: E402
-from named_transformer.seq2seq import BahdanauSeq2Seq, RNNEncoderDecoder  # noqa: E402
-from named_transformer.tasks import collate, make_task, task_vocabulary  # noqa: E402
+from named_transformer.models.seq2seq import BahdanauSeq2Seq, RNNEncoderDecoder  # noqa: E402
+from named_transformer.workflows.tasks import collate, make_task, task_vocabulary  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 

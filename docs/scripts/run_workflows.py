@@ -28,8 +28,8 @@ import torch  # noqa: E402
 
 import named_transformer as nt  # noqa: E402
 from named_transformer import plot  # noqa: E402
-from named_transformer.tasks import detokenize  # noqa: E402
-from named_transformer.workflows import (  # noqa: E402
+from named_transformer.workflows.tasks import detokenize  # noqa: E402
+from named_transformer.workflows.runner import (  # noqa: E402
     attention_figure,
     attention_maps,
     contrast_examples,

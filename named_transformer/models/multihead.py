@@ -35,10 +35,10 @@ from einops import einsum, rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
-from named_transformer.attention import attend, attention_weights, fused_attention
 from named_transformer.axes import checked
-from named_transformer.dropout import dropout as drop
-from named_transformer.parameters import CountsParameters
+from named_transformer.core.attention import attend, attention_weights, fused_attention
+from named_transformer.core.dropout import dropout as drop
+from named_transformer.models.parameters import CountsParameters
 
 __all__ = [
     "MultiHeadAttention",
@@ -91,7 +91,7 @@ def attend_heads(
     steps (cached decoding) rather than from the same call as the queries. Returns the
     output and the attention weights (before dropout), one distribution per head and
     query. ``dropout`` drops attention weights, as in PyTorch. ``fused=True`` computes
-    the attention by PyTorch's fused kernel (:func:`~named_transformer.attention.fused_attention`)
+    the attention by PyTorch's fused kernel (:func:`~named_transformer.core.attention.fused_attention`)
     and returns None for the weights.
     """
     if mask is not None:
@@ -245,7 +245,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             $b^O \in \mathbb R^{\mathsf{layer}}$ (PyTorch's default).
         dropout: probability of dropping an attention weight while training.
         fused: compute the attention by PyTorch's fused kernel
-            (:func:`~named_transformer.attention.fused_attention`) whenever the weights
+            (:func:`~named_transformer.core.attention.fused_attention`) whenever the weights
             are not asked for. An explicit option: off, the named equations run.
     """
 

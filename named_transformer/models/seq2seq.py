@@ -13,9 +13,9 @@ $$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j] \in \mathbb R^{\mathsf{anno
 
 $$s_i = f(s_{i-1}, y_{i-1}, c_i),\qquad p(y_i \mid y_{<i}, x) = g(y_{i-1}, s_i, c_i),$$
 
-with $f$ a GRU (:func:`named_transformer.rnn.gru_cell`) and $a$ the additive score of the
+with $f$ a GRU (:func:`named_transformer.models.rnn.gru_cell`) and $a$ the additive score of the
 zoo, $a(s, h) = w \ndot{hidden} \tanh(W_1 \ndot{key'} s + W_2 \ndot{key} h)$
-(:func:`named_transformer.scores.additive_score`). Luong's dot, general and concat scores
+(:func:`named_transformer.core.scores.additive_score`). Luong's dot, general and concat scores
 are selectable; "concat" $w^\top \tanh(W[s; h])$ *is* the additive score with
 $W = [W_1\ W_2]$. Everything is batched: padded source positions get annotation 0 and
 attention weight exactly 0, and the backward direction starts at each sequence's last
@@ -33,12 +33,12 @@ from einops import einsum, pack, rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
-from named_transformer.attention import attend
 from named_transformer.axes import checked
-from named_transformer.masks import padding_mask
-from named_transformer.rnn import GRUCell
-from named_transformer.scores import additive_score, dot_score, general_score
-from named_transformer.softmax import softmax
+from named_transformer.core.attention import attend
+from named_transformer.core.masks import padding_mask
+from named_transformer.core.scores import additive_score, dot_score, general_score
+from named_transformer.core.softmax import softmax
+from named_transformer.models.rnn import GRUCell
 
 __all__ = [
     "SCORES",

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from named_transformer.axes import shape_checks
-from named_transformer.tasks import TASKS, detokenize, tokenize
+from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
 
 __all__ = ["main"]
 
@@ -50,7 +50,7 @@ def _score_lines(results: dict) -> list[str]:
 
 
 def _figure(run: dict, source: Sequence[str], path: Path, title: str) -> None:
-    from named_transformer.workflows import attention_figure, attention_maps
+    from named_transformer.workflows.runner import attention_figure, attention_maps
 
     prediction, maps = attention_maps(run["model"], run["spec"], run["vocabulary"], source)
     if maps:
@@ -62,7 +62,7 @@ def _figure(run: dict, source: Sequence[str], path: Path, title: str) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     require("matplotlib", *(["tqdm"] if not args.no_progress else []))
-    from named_transformer.workflows import held_out, train_task
+    from named_transformer.workflows.runner import held_out, train_task
 
     out = Path(args.out or Path("runs") / args.task)
     run = train_task(
@@ -86,7 +86,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     require("matplotlib")
-    from named_transformer.workflows import contrast_examples, evaluate_model, held_out, load_run
+    from named_transformer.workflows.runner import contrast_examples, evaluate_model, held_out, load_run
 
     run = load_run(args.checkpoint)
     task = run["spec"]["task"]
@@ -107,7 +107,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _decode(args: argparse.Namespace) -> int:
     require("matplotlib")
-    from named_transformer.workflows import decode_examples, load_run
+    from named_transformer.workflows.runner import decode_examples, load_run
 
     run = load_run(args.checkpoint)
     task = run["spec"]["task"]
@@ -127,7 +127,7 @@ def _decode(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m named_transformer``."""
-    from named_transformer.workflows import KINDS, SIZES
+    from named_transformer.workflows.runner import KINDS, SIZES
 
     top = argparse.ArgumentParser(prog="python -m named_transformer", description=__doc__.splitlines()[0])
     commands = top.add_subparsers(dest="command", required=True)

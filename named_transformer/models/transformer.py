@@ -16,13 +16,13 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.config import TransformerConfig
-from named_transformer.decoder import Decoder
-from named_transformer.embedding import SinusoidalPositions, TokenEmbedding
-from named_transformer.encoder import Encoder
-from named_transformer.generator import Generator
-from named_transformer.masks import causal_mask
-from named_transformer.parameters import CountsParameters
+from named_transformer.core.masks import causal_mask
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.decoder import Decoder
+from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
+from named_transformer.models.encoder import Encoder
+from named_transformer.models.generator import Generator
+from named_transformer.models.parameters import CountsParameters
 
 __all__ = ["Transformer", "TransformerStacks"]
 

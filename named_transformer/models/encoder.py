@@ -1,6 +1,6 @@
 r"""The encoder: N identical layers of self-attention and feed-forward (paper A.1).
 
-Each layer is two residual sublayers (post-norm shown; see :mod:`named_transformer.sublayers`):
+Each layer is two residual sublayers (post-norm shown; see :mod:`named_transformer.models.sublayers`):
 
 $$T = \text{LayerNorm}(\text{SelfAtt}(X) + X), \qquad
   X' = \text{LayerNorm}(\text{FFN}(T) + T).$$
@@ -22,9 +22,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.multihead import MultiHeadAttention
-from named_transformer.parameters import CountsParameters
-from named_transformer.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.parameters import CountsParameters
+from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
 
 __all__ = ["Encoder", "EncoderLayer"]
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from jaxtyping import Float
 from torch import Tensor
 
-from named_transformer.attention import attend
 from named_transformer.axes import checked
-from named_transformer.scores import dot_score
-from named_transformer.softmax import softmax
+from named_transformer.core.attention import attend
+from named_transformer.core.scores import dot_score
+from named_transformer.core.softmax import softmax
 
 __all__ = ["basic_self_attention"]
 

@@ -18,7 +18,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
-from named_transformer.softmax import softmax
+from named_transformer.core.softmax import softmax
 
 __all__ = ["attention_pooling", "attention_pooling_weights"]
 

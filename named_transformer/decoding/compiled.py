@@ -1,6 +1,6 @@
 r"""Cached decoding compiled by ``torch.compile``, over a cache of fixed size.
 
-A cached step (:class:`~named_transformer.decoding.IncrementalDecoder`) does little
+A cached step (:class:`~named_transformer.decoding.incremental.IncrementalDecoder`) does little
 arithmetic on one token: its time goes to the hundreds of small operations around it,
 which a compiler can fuse away. A compiler wants the same shapes at every step, though,
 and the cache grows by one position per step. So this decoder keeps room for
@@ -23,16 +23,16 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from named_transformer.axes import shape_checks
-from named_transformer.decoding import IncrementalDecoder, _LayerCache
-from named_transformer.embedding import add_positions
-from named_transformer.relative import RelativeMultiHeadAttention
+from named_transformer.decoding.incremental import IncrementalDecoder, _LayerCache
+from named_transformer.models.embedding import add_positions
+from named_transformer.models.relative import RelativeMultiHeadAttention
 
 __all__ = ["CompiledDecoder"]
 
 
 # --8<-- [start:CompiledDecoder]
 class CompiledDecoder(IncrementalDecoder):
-    r"""An :class:`~named_transformer.decoding.IncrementalDecoder` whose one-token step is compiled.
+    r"""An :class:`~named_transformer.decoding.incremental.IncrementalDecoder` whose one-token step is compiled.
 
     Room for ``capacity`` positions (prompt and generated tokens together) is kept from
     the start. The first call compiles the step (tens of seconds with the default

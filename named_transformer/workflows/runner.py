@@ -1,13 +1,13 @@
 r"""From a task name to a trained model: build, loss, evaluate, decode (used by the CLI).
 
 A *spec* (a JSON-friendly dict stored in every checkpoint) says which model to build:
-``kind`` is ``encoder-decoder`` (:class:`~named_transformer.transformer.Transformer`),
-``decoder-only`` (:class:`~named_transformer.language_model.LanguageModel`, the prompt
+``kind`` is ``encoder-decoder`` (:class:`~named_transformer.models.transformer.Transformer`),
+``decoder-only`` (:class:`~named_transformer.models.language_model.LanguageModel`, the prompt
 ``source <bos>`` continued by the answer), ``classifier``
-(:class:`~named_transformer.classifier.TransformerClassifier`) or ``bag-of-words`` (the
+(:class:`~named_transformer.models.classifier.TransformerClassifier`) or ``bag-of-words`` (the
 sentiment baseline); ``positions`` is ``sinusoidal`` (the paper), ``learned`` (a table of
 ``max_positions`` rows) or ``relative`` (Shaw et al.: every self-attention becomes
-:class:`~named_transformer.relative.RelativeMultiHeadAttention` with clipping distance
+:class:`~named_transformer.models.relative.RelativeMultiHeadAttention` with clipping distance
 ``max_distance``, and nothing is added to the embeddings).
 """
 
@@ -25,8 +25,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.classifier import TransformerClassifier
-from named_transformer.config import TransformerConfig
+from named_transformer.core.dropout import dropout
 from named_transformer.decoding import (
     IncrementalDecoder,
     beam_search,
@@ -34,12 +33,14 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
-from named_transformer.dropout import dropout
-from named_transformer.embedding import LearnedPositions
-from named_transformer.language_model import LanguageModel
-from named_transformer.relative import RelativeMultiHeadAttention
-from named_transformer.sentiment import LABELS, BagOfWords, negation_contrast_set
-from named_transformer.tasks import (
+from named_transformer.models.classifier import TransformerClassifier
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.embedding import LearnedPositions
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.relative import RelativeMultiHeadAttention
+from named_transformer.models.transformer import Transformer
+from named_transformer.workflows.sentiment import LABELS, BagOfWords, negation_contrast_set
+from named_transformer.workflows.tasks import (
     TASKS,
     Example,
     Vocabulary,
@@ -49,13 +50,12 @@ from named_transformer.tasks import (
     make_task,
     task_vocabulary,
 )
-from named_transformer.training import (
+from named_transformer.workflows.training import (
     LossFunction,
     TrainConfig,
     Trainer,
     smoothed_cross_entropy,
 )
-from named_transformer.transformer import Transformer
 
 __all__ = [
     "KINDS",

@@ -13,7 +13,7 @@ Every task yields :class:`Example` pairs of token tuples ``(source, target)``:
   ``"7.3.2021"``, ``"the 7th of march 2021"`` …, generated with the standard library's
   :mod:`datetime`) → ISO ``2021-03-07``, character by character;
 * ``sentiment``: synthetic reviews with negation and intensifiers → ``positive`` /
-  ``negative`` (see :mod:`named_transformer.sentiment`).
+  ``negative`` (see :mod:`named_transformer.workflows.sentiment`).
 
 **Held out by construction.** Each item is assigned to a split by a hash of its *key*
 (the source sequence; for dates the calendar date itself, so a held-out date is never seen
@@ -22,8 +22,8 @@ The splits are disjoint whatever the seeds, and the held-out splits hold distinc
 
 A :class:`Vocabulary` maps tokens to ids with the specials ``<pad>``, ``<bos>``, ``<eos>``,
 ``<unk>`` at ids 0–3; :func:`collate` pads a list of examples into a :class:`Batch`,
-whose masks come from :func:`~named_transformer.masks.key_padding_mask` and
-:func:`~named_transformer.masks.causal_mask` (True = may attend).
+whose masks come from :func:`~named_transformer.core.masks.key_padding_mask` and
+:func:`~named_transformer.core.masks.causal_mask` (True = may attend).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from named_transformer.axes import checked
-from named_transformer.masks import causal_mask, key_padding_mask, padding_mask
+from named_transformer.core.masks import causal_mask, key_padding_mask, padding_mask
 
 __all__ = [
     "SPECIALS",
@@ -164,7 +164,7 @@ def _dates(rng, min_len, max_len):
 
 
 def _sentiment(rng, min_len, max_len):
-    from named_transformer.sentiment import synthetic_review
+    from named_transformer.workflows.sentiment import synthetic_review
 
     del min_len, max_len
     return synthetic_review(rng)
@@ -247,7 +247,7 @@ def tokenize(name: str, text: str) -> tuple[str, ...]:
     if name == "dates":
         return tuple(text.strip())
     if info.sep == " " and name == "sentiment":
-        from named_transformer.sentiment import words
+        from named_transformer.workflows.sentiment import words
 
         return words(text)
     digits = tuple(c for c in text if c.isdigit())
@@ -328,7 +328,7 @@ def task_vocabulary(name: str, max_len: int = 20) -> Vocabulary:
                 for fmt in date_formats().values():
                     chars.update(fmt(sample.replace(month=month, day=day)))
         return Vocabulary(sorted(chars))
-    from named_transformer.sentiment import sentiment_vocabulary
+    from named_transformer.workflows.sentiment import sentiment_vocabulary
 
     return sentiment_vocabulary()
 

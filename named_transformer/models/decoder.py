@@ -21,10 +21,10 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.encoder import _recording, _Stack
-from named_transformer.multihead import MultiHeadAttention
-from named_transformer.parameters import CountsParameters
-from named_transformer.sublayers import FeedForward, Residual
+from named_transformer.models.encoder import _recording, _Stack
+from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.parameters import CountsParameters
+from named_transformer.models.sublayers import FeedForward, Residual
 
 __all__ = ["Decoder", "DecoderLayer"]
 

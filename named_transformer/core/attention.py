@@ -27,8 +27,8 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
-from named_transformer.scores import scaled_dot_score
-from named_transformer.softmax import softmax
+from named_transformer.core.scores import scaled_dot_score
+from named_transformer.core.softmax import softmax
 
 __all__ = ["attend", "attention", "attention_from_scores", "attention_weights", "fused_attention"]
 

@@ -38,11 +38,11 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.decoder import Decoder, DecoderLayer
-from named_transformer.encoder import Encoder, EncoderLayer
-from named_transformer.multihead import MultiHeadAttention
-from named_transformer.sublayers import FeedForward, LayerNorm
-from named_transformer.transformer import TransformerStacks
+from named_transformer.models.decoder import Decoder, DecoderLayer
+from named_transformer.models.encoder import Encoder, EncoderLayer
+from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.sublayers import FeedForward, LayerNorm
+from named_transformer.models.transformer import TransformerStacks
 
 __all__ = ["from_torch", "mask_from_torch", "to_torch"]
 

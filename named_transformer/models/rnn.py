@@ -17,7 +17,7 @@ with gates in the order r, z, n for the GRU and i, f, g, o for the LSTM), so the
 weights $W^i \in \mathbb R^{\mathsf{gates} \times \mathsf{hidden'} \times \mathsf{input}}$ are
 PyTorch's with the gate axis split out. Every function is lifted over any leading
 $\mathsf{batch}$ axes. Seeds 02 and 05 build the seq2seq encoder and decoder from these
-cells (see :mod:`named_transformer.seq2seq`).
+cells (see :mod:`named_transformer.models.seq2seq`).
 """
 
 from __future__ import annotations

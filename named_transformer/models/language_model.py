@@ -17,12 +17,12 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.config import TransformerConfig
-from named_transformer.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding
-from named_transformer.encoder import Encoder
-from named_transformer.generator import Generator
-from named_transformer.masks import causal_mask
-from named_transformer.parameters import CountsParameters
+from named_transformer.core.masks import causal_mask
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding
+from named_transformer.models.encoder import Encoder
+from named_transformer.models.generator import Generator
+from named_transformer.models.parameters import CountsParameters
 
 __all__ = ["LanguageModel"]
 

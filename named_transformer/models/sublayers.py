@@ -29,9 +29,9 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.dropout import dropout
-from named_transformer.feedforward import feed_forward, relu
-from named_transformer.norm import layer_norm
+from named_transformer.core.dropout import dropout
+from named_transformer.core.feedforward import feed_forward, relu
+from named_transformer.core.norm import layer_norm
 
 __all__ = ["ACTIVATIONS", "FeedForward", "LayerNorm", "Residual"]
 

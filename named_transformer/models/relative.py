@@ -11,7 +11,7 @@ $$e_{ij} = \frac{q_i \ndot{key} (k_j + a^K_{\operatorname{clip}(j-i,\,k)})}{\sqr
 
 Distances beyond $k$ are clipped, so the model generalises to lengths unseen in training.
 The tables add $2(2k+1)|\mathsf{key}|$ parameters to multi-head attention. Looking the
-table up by the index matrix of :func:`named_transformer.positions.relative_position_index`
+table up by the index matrix of :func:`named_transformer.core.positions.relative_position_index`
 gives $R^K \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq} \times \mathsf{key}}$ (one copy,
 not one per example or head); the relative terms are then plain contractions,
 $Q \ndot{key} R^K$ and $\alpha \ndot{seq} R^V$. Query and key lengths may differ: with a
@@ -27,13 +27,13 @@ from einops import einsum, rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
-from named_transformer.attention import attend
 from named_transformer.axes import checked
-from named_transformer.dropout import dropout as drop
-from named_transformer.multihead import MultiHeadAttention, merge_heads, project_heads
-from named_transformer.positions import relative_position_index
-from named_transformer.scores import scaled_dot_score
-from named_transformer.softmax import softmax
+from named_transformer.core.attention import attend
+from named_transformer.core.dropout import dropout as drop
+from named_transformer.core.positions import relative_position_index
+from named_transformer.core.scores import scaled_dot_score
+from named_transformer.core.softmax import softmax
+from named_transformer.models.multihead import MultiHeadAttention, merge_heads, project_heads
 
 __all__ = [
     "RelativeMultiHeadAttention",

@@ -9,9 +9,9 @@ $$W = (E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}, \qquad X^0 = W + P.$$
 Contracting with a one-hot vector is indexing, so the code looks the row up
 (``table[tokens]``) instead of building $I$. The output layer may reuse $E$ (*tied*
 embeddings): $\nfun{vocab}{softmax}(E \ndot{layer} X^L)$, see
-:mod:`named_transformer.generator`.
+:mod:`named_transformer.models.generator`.
 
-$P$ is the fixed sinusoidal table (:func:`named_transformer.positions.sinusoidal_positions`)
+$P$ is the fixed sinusoidal table (:func:`named_transformer.core.positions.sinusoidal_positions`)
 or a learned table with one row per position (BERT, GPT-2), which cannot go beyond the
 longest position it was built for. Dropout follows the sum, as in the paper.
 """
@@ -25,8 +25,8 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.dropout import dropout as drop
-from named_transformer.positions import sinusoidal_positions
+from named_transformer.core.dropout import dropout as drop
+from named_transformer.core.positions import sinusoidal_positions
 
 __all__ = ["LearnedPositions", "SinusoidalPositions", "TokenEmbedding", "add_positions", "embed"]
 

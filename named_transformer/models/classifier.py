@@ -20,9 +20,9 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.embedding import SinusoidalPositions, TokenEmbedding
-from named_transformer.encoder import Encoder
-from named_transformer.parameters import CountsParameters
+from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
+from named_transformer.models.encoder import Encoder
+from named_transformer.models.parameters import CountsParameters
 
 __all__ = ["TransformerClassifier", "masked_max"]
 

@@ -1,0 +1,23 @@
+"""Decoding: greedy, beam search and sampling; the cached and the compiled decoders."""
+
+from named_transformer.decoding.compiled import CompiledDecoder
+from named_transformer.decoding.incremental import IncrementalDecoder
+from named_transformer.decoding.search import (
+    Decoded,
+    beam_search,
+    greedy,
+    length_penalty,
+    sample,
+    strip_after_eos,
+)
+
+__all__ = [
+    "CompiledDecoder",
+    "Decoded",
+    "IncrementalDecoder",
+    "beam_search",
+    "greedy",
+    "length_penalty",
+    "sample",
+    "strip_after_eos",
+]

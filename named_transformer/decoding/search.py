@@ -1,0 +1,227 @@
+r"""Decoding strategies: greedy, sampling and beam search over any next-token step.
+
+A trained model gives $\log p(y_j \mid y_{<j}, x)$. Decoding picks the tokens one at a time:
+
+* **greedy**: $y_j = \operatorname{argmax}_{\mathsf{vocab}} \log p(\cdot \mid y_{<j}, x)$;
+* **sampling**: $y_j \sim \nfun{vocab}{softmax}(\beta \log p)$ with the inverse temperature
+  $\beta = 1/T$ of seed 04 ($\beta \to \infty$ is greedy, $\beta = 1$ the model's own
+  distribution), optionally among the ``top_k`` most likely tokens only;
+* **beam search**: keep the ``width`` best partial sequences by summed log-probability;
+  finished ones are ranked by $\log p(Y) / \text{lp}(Y)$ with the length penalty
+  $\text{lp}(Y) = ((5 + |Y|)/6)^{\alpha}$ (Wu et al., 2016).
+
+A *step* is any callable from the tokens so far to next-token log-probabilities: a
+model recomputing the whole prefix, or the cached
+:class:`~named_transformer.decoding.incremental.IncrementalDecoder`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from einops import pack, rearrange, repeat
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from named_transformer.axes import checked
+from named_transformer.core.softmax import softmax
+
+__all__ = [
+    "Decoded",
+    "beam_search",
+    "greedy",
+    "length_penalty",
+    "sample",
+    "strip_after_eos",
+]
+
+
+@dataclass
+class Decoded:
+    """Generated tokens (after the start tokens), the log-probabilities of every step, scores."""
+
+    tokens: Int[Tensor, "batch seq"]
+    log_probs: Float[Tensor, "batch seq vocab"] | None = None
+    scores: Float[Tensor, " batch"] | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _append(tokens: Tensor, new: Tensor) -> Tensor:
+    return pack([tokens, new], "batch *")[0]
+
+
+def _done(tokens: Tensor, eos: int | None) -> Tensor:
+    if eos is None:
+        return torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    return (tokens == eos).any(-1)  # allow-raw: any eos along seq
+
+
+def _generate(
+    step: Callable[[Tensor], Tensor],
+    start: Tensor,
+    max_len: int,
+    eos: int | None,
+    pad: int,
+    choose: Callable[[Tensor], Tensor],
+) -> Decoded:
+    tokens, steps = start, []
+    finished = torch.zeros(start.shape[0], dtype=torch.bool, device=start.device)
+    for _ in range(max_len):
+        log_probs = step(tokens)
+        steps.append(log_probs)
+        chosen = choose(log_probs)
+        chosen = torch.where(finished, torch.full_like(chosen, pad), chosen)
+        tokens = _append(tokens, rearrange(chosen, "batch -> batch 1"))
+        finished = finished | (chosen == eos) if eos is not None else finished
+        if bool(finished.all()):
+            break
+    generated = tokens[:, start.shape[-1] :]
+    return Decoded(generated, rearrange(steps, "seq batch vocab -> batch seq vocab"))
+
+
+# --8<-- [start:greedy]
+@checked
+def greedy(
+    step: Callable[[Tensor], Tensor],
+    start: Int[Tensor, "batch seq"],
+    max_len: int,
+    eos: int | None = None,
+    pad: int = 0,
+) -> Decoded:
+    r"""$y_j = \nfun{vocab}{argmax} \log p(\cdot \mid y_{<j})$ until ``eos`` or ``max_len`` tokens.
+
+    ``step`` maps the prefix so far to next-token log-probabilities (an
+    :class:`IncrementalDecoder`); ``start`` is the prefix to continue (``<bos>`` for an
+    encoder–decoder, the prompt for a language model). After ``eos`` a row gets ``pad``.
+    """
+
+    def choose(log_probs: Tensor) -> Tensor:
+        return log_probs.argmax(-1)  # allow-raw: the most likely token along vocab
+
+    return _generate(step, start, max_len, eos, pad, choose)
+
+
+# --8<-- [end:greedy]
+
+
+# --8<-- [start:sample]
+@checked
+def sample(
+    step: Callable[[Tensor], Tensor],
+    start: Int[Tensor, "batch seq"],
+    max_len: int,
+    eos: int | None = None,
+    pad: int = 0,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Decoded:
+    r"""$y_j \sim \nfun{vocab}{softmax}(\beta \log p(\cdot \mid y_{<j}))$, $\beta = 1/T$ (seed 04).
+
+    ``top_k`` keeps only the $k$ most likely tokens (the named softmax's mask).
+    ``generator`` makes the draws reproducible.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy for T -> 0), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+
+    def choose(log_probs: Tensor) -> Tensor:
+        mask = None
+        if top_k is not None and top_k < log_probs.shape[-1]:
+            kth = log_probs.topk(top_k).values[:, -1:]
+            mask = log_probs >= kth
+        probabilities = softmax(log_probs, mask, beta=1.0 / temperature)
+        return rearrange(torch.multinomial(probabilities, 1, generator=generator), "b 1 -> b")
+
+    return _generate(step, start, max_len, eos, pad, choose)
+
+
+# --8<-- [end:sample]
+
+
+# --8<-- [start:length_penalty]
+@checked
+def length_penalty(length: int | Float[Tensor, "*batch"], alpha: float) -> float | Float[Tensor, "*batch"]:
+    r"""$\text{lp}(Y) = ((5 + |Y|) / 6)^{\alpha}$ (Wu et al., 2016); $\alpha = 0$: no penalty."""
+    return ((5 + length) / 6) ** alpha
+
+
+# --8<-- [end:length_penalty]
+
+
+# --8<-- [start:beam_search]
+@checked
+def beam_search(
+    decoder: IncrementalDecoder,
+    start: Int[Tensor, "batch seq"],
+    max_len: int,
+    eos: int,
+    pad: int = 0,
+    *,
+    width: int = 4,
+    alpha: float = 0.6,
+) -> Decoded:
+    r"""Keep the ``width`` most likely prefixes; return each row's best finished sequence.
+
+    A hypothesis's score is its summed log-probability; at the end (or when every beam has
+    ended with ``eos``) beams are ranked by $\log p(Y)/\text{lp}(Y)$. ``decoder`` is an
+    :class:`IncrementalDecoder` for the ``batch`` rows of ``start``; it is expanded to
+    ``batch × width`` rows and reordered as beams are kept.
+    """
+    if width < 1:
+        raise ValueError(f"beam width must be >= 1, got {width}")
+    batch, device = start.shape[0], start.device
+    rows = repeat(torch.arange(batch, device=device), "batch -> (batch width)", width=width)
+    decoder.select(rows)
+    tokens = start[rows]
+    scores = torch.full((batch, width), -math.inf, device=device)
+    scores[:, 0] = 0.0  # all beams start equal: keep one so the first step is not repeated
+    finished = torch.zeros(batch * width, dtype=torch.bool, device=device)
+    lengths = torch.zeros(batch * width, device=device)
+    for _ in range(max_len):
+        log_probs = decoder(tokens)
+        vocab = log_probs.shape[-1]
+        # a finished beam may only continue with pad, at no cost
+        stay = torch.full_like(log_probs, -math.inf)
+        stay[:, pad] = 0.0
+        log_probs = torch.where(rearrange(finished, "b -> b 1"), stay, log_probs)
+        candidates = rearrange(scores, "batch width -> (batch width) 1") + log_probs
+        flat = rearrange(candidates, "(batch width) vocab -> batch (width vocab)", width=width)
+        scores, best = flat.topk(width)
+        beam, token = best // vocab, best % vocab
+        chosen = rearrange(torch.arange(batch, device=device), "batch -> batch 1") * width + beam
+        chosen = rearrange(chosen, "batch width -> (batch width)")
+        token = rearrange(token, "batch width -> (batch width)")
+        decoder.select(chosen)
+        was_finished = finished[chosen]
+        lengths = lengths[chosen] + (~was_finished).to(lengths.dtype)
+        finished = was_finished | (token == eos)
+        tokens = _append(tokens[chosen], rearrange(token, "b -> b 1"))
+        if bool(finished.all()):
+            break
+    normalised = rearrange(scores, "batch width -> (batch width)") / length_penalty(lengths, alpha)
+    normalised = rearrange(normalised, "(batch width) -> batch width", width=width)
+    winner = normalised.argmax(-1)  # allow-raw: best beam per row
+    pick = torch.arange(batch, device=device) * width + winner
+    return Decoded(
+        tokens[pick][:, start.shape[-1] :],
+        scores=normalised[torch.arange(batch, device=device), winner],
+        extra={"beams": rearrange(tokens[:, start.shape[-1] :], "(b w) s -> b w s", w=width)},
+    )
+
+
+# --8<-- [end:beam_search]
+
+
+@checked
+def strip_after_eos(tokens: Int[Tensor, "batch seq"], eos: int) -> list[list[int]]:
+    """Each row's tokens up to (not including) its first ``eos``."""
+    rows = []
+    for row in tokens.tolist():
+        rows.append(row[: row.index(eos)] if eos in row else row)
+    return rows

@@ -1,0 +1,81 @@
+"""The package layout: a public API that moving modules into subpackages kept whole.
+
+``PUBLIC`` is ``named_transformer.__all__`` as it stood before the modules moved into
+``core/``, ``models/``, ``decoding/``, ``workflows/`` and ``interop/`` (version 0.1.0);
+the modules that became packages keep their names too.
+"""
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import named_transformer as nt
+
+PUBLIC = [
+    "AXES", "AttentionDecoder", "Axis", "BahdanauSeq2Seq", "BidirectionalEncoder",
+    "CountsParameters", "Decoder", "DecoderLayer", "ElmanCell", "Encoder",
+    "EncoderLayer", "FeedForward", "FixedContextDecoder", "GRUCell", "Generator",
+    "LSTMCell", "LanguageModel", "LayerNorm", "LearnedPositions",
+    "MultiHeadAttention", "RNNEncoderDecoder", "RelativeMultiHeadAttention",
+    "Residual", "SinusoidalPositions", "TokenEmbedding", "Transformer",
+    "TransformerClassifier", "TransformerConfig", "TransformerStacks",
+    "add_positions", "additive_score", "attend", "attend_heads", "attention",
+    "attention_from_scores", "attention_pooling", "attention_pooling_weights",
+    "attention_weights", "bahdanau_attention", "basic_self_attention",
+    "bidirectional_annotations", "causal_mask", "checked", "cosine_score",
+    "dot_score", "dropout", "elman_cell", "embed", "feed_forward", "from_torch",
+    "fused_attention", "general_score", "gru_cell", "hardmax", "key_padding_mask",
+    "layer_norm", "location_score", "log_probabilities", "lstm_cell",
+    "mask_from_torch", "masked_max", "merge_heads", "multihead_attention",
+    "multihead_self_attention", "padding_mask", "project_heads", "readout",
+    "recurrence", "relative_attend", "relative_attention_weights",
+    "relative_multihead_attention", "relative_position_index", "relu",
+    "reverse_padded", "scaled_dot_score", "shape_checks", "shape_checks_enabled",
+    "sinusoidal_positions", "softmax", "stack_qkv", "stacked_projection",
+    "standardize", "to_torch",
+]
+KEPT_MODULES = {
+    "named_transformer.decoding": [
+        "Decoded", "IncrementalDecoder", "beam_search", "greedy", "length_penalty",
+        "sample", "strip_after_eos",
+    ],
+    "named_transformer.interop": ["from_torch", "mask_from_torch", "to_torch"],
+    "named_transformer.workflows": [
+        "KINDS", "NoPositions", "SIZES", "attention_figure", "attention_maps",
+        "build_model", "decode_examples", "evaluate_model", "held_out", "load_run",
+        "loss_function", "make_collate", "make_spec", "train_task",
+    ],
+}  # fmt: skip
+SUBPACKAGES = ["core", "models", "decoding", "workflows", "interop"]
+
+
+def test_the_public_api_is_what_it_was():
+    assert sorted(nt.__all__) == sorted(PUBLIC)
+    missing = [name for name in PUBLIC if not hasattr(nt, name)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("module", sorted(KEPT_MODULES))
+def test_modules_that_became_packages_keep_their_names(module):
+    imported = importlib.import_module(module)
+    missing = [name for name in KEPT_MODULES[module] if not hasattr(imported, name)]
+    assert not missing, f"{module} lost {missing}"
+
+
+def test_every_module_of_every_subpackage_imports():
+    for name in SUBPACKAGES:
+        package = importlib.import_module(f"named_transformer.{name}")
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def test_python_dash_m_still_runs_the_cli():
+    done = subprocess.run(
+        [sys.executable, "-m", "named_transformer", "--help"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "train" in done.stdout
