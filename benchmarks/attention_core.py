@@ -33,16 +33,34 @@ def attention_vs_sdpa(quick: bool) -> str:
     for seq in lengths:
         repeats = 3 if quick else max(5, 40 * 64 // seq)
         named, sdpa = _attention_pair(batch, heads, seq, key, repeats)
-        rows.append([seq, ms(named.median), named.spread, ms(sdpa.median), sdpa.spread, f"{named.median / sdpa.median:.2f}"])
+        rows.append(
+            [
+                seq,
+                ms(named.median),
+                named.spread,
+                ms(sdpa.median),
+                sdpa.spread,
+                f"{named.median / sdpa.median:.2f}",
+            ]
+        )
     header = ["seq", "named ms", "spread", "SDPA ms", "spread", "named / SDPA"]
-    return table(f"1. Attention core vs SDPA (batch {batch}, heads {heads}, key {key}, causal mask)", header, rows)
+    return table(
+        f"1. Attention core vs SDPA (batch {batch}, heads {heads}, key {key}, causal mask)",
+        header,
+        rows,
+    )
 
 
 def score_zoo(quick: bool) -> str:
     """2. Dot vs scaled dot vs general vs additive scores at equal sizes (seed 02)."""
     batch, seq, key, hidden = (2, 64, 32, 32) if quick else (8, 256, 64, 64)
     q, k = torch.randn(batch, seq, key), torch.randn(batch, seq, key)
-    w, w1, w2, v = torch.randn(key, key), torch.randn(hidden, key), torch.randn(hidden, key), torch.randn(hidden)
+    w, w1, w2, v = (
+        torch.randn(key, key),
+        torch.randn(hidden, key),
+        torch.randn(hidden, key),
+        torch.randn(hidden),
+    )
     timings = interleaved(
         {
             "dot": lambda: nt.dot_score(q, k),
@@ -54,7 +72,9 @@ def score_zoo(quick: bool) -> str:
     )
     dot = timings[0].median
     rows = [[t.name, ms(t.median), t.spread, f"{t.median / dot:.1f}"] for t in timings]
-    title = f"2. Score zoo (batch {batch}, seq_q = seq = {seq}, key {key}, hidden {hidden})"
+    title = (
+        f"2. Score zoo (batch {batch}, seq_q = seq = {seq}, key {key}, hidden {hidden})"
+    )
     return table(title, ["score", "ms", "spread", "× dot"], rows)
 
 
@@ -84,8 +104,17 @@ def peak_memory(quick: bool) -> str:
     for seq in lengths:
         cells = [seq, f"{8 * seq * seq * 4 / 2**20:.0f}"]
         for kind in ("named", "sdpa"):
-            out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, kind, str(seq)], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", _MEMORY_CHILD, kind, str(seq)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             cells.append(f"{json.loads(out.stdout):.0f}")
         rows.append(cells)
     header = ["seq", "one score tensor MiB", "named peak MiB", "SDPA peak MiB"]
-    return table("8. Peak memory of one attention call (batch 1, heads 8, key 64; rise of the RSS high-water mark)", header, rows)
+    return table(
+        "8. Peak memory of one attention call (batch 1, heads 8, key 64; rise of the RSS high-water mark)",
+        header,
+        rows,
+    )

@@ -33,7 +33,9 @@ class Timing:
         return f"±{50 * (q3 - q1) / self.median:.0f}%"
 
 
-def interleaved(candidates: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> list[Timing]:
+def interleaved(
+    candidates: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
+) -> list[Timing]:
     """Time each candidate ``repeats`` times, alternating between them."""
     for _ in range(warmup):
         for run in candidates.values():
@@ -56,7 +58,11 @@ def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
 
 def table(title: str, header: list[str], rows: list[list[object]]) -> str:
     """A Markdown table (the docs page pastes the printed output of a real run)."""
-    lines = [f"\n### {title}\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"\n### {title}\n",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 

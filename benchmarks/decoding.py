@@ -20,10 +20,10 @@ from torch import Tensor
 
 import named_transformer as nt
 from benchmarks.common import interleaved, table
-from named_transformer.decoding.compiled import CompiledDecoder
-from named_transformer.models.config import TransformerConfig
 from named_transformer.decoding import IncrementalDecoder, greedy
+from named_transformer.decoding.compiled import CompiledDecoder
 from named_transformer.interop.pytorch import to_torch
+from named_transformer.models.config import TransformerConfig
 from named_transformer.models.language_model import LanguageModel
 
 
@@ -32,34 +32,73 @@ class _PyTorchCachedStep:
 
     def __init__(self, model: LanguageModel, capacity: int) -> None:
         c = model.config
-        if c.norm_first or c.has_final_norm or c.activation != "relu" or model.generator.bias is not None:
-            raise ValueError("the PyTorch reference covers post-norm, ReLU, tied-output models only")
+        if (
+            c.norm_first
+            or c.has_final_norm
+            or c.activation != "relu"
+            or model.generator.bias is not None
+        ):
+            raise ValueError(
+                "the PyTorch reference covers post-norm, ReLU, tied-output models only"
+            )
         self.layers = to_torch(model.blocks).layers
         self.heads, self.width = c.heads, c.layer
         self.table = model.embedding.table.detach()
-        self.positions = model.positions(torch.zeros(1, capacity, c.layer)).detach()  # the sinusoids alone
+        self.positions = model.positions(
+            torch.zeros(1, capacity, c.layer)
+        ).detach()  # the sinusoids alone
         head_width = c.layer // c.heads
         self.keys = [torch.empty(1, c.heads, capacity, head_width) for _ in self.layers]
-        self.values = [torch.empty(1, c.heads, capacity, head_width) for _ in self.layers]
+        self.values = [
+            torch.empty(1, c.heads, capacity, head_width) for _ in self.layers
+        ]
         self.length = 0
 
     @torch.inference_mode()
     def __call__(self, tokens: Tensor) -> Tensor:
         t = self.length
         if tokens.shape != (1, t + 1):
-            raise ValueError("the PyTorch reference decodes one row from a one-token prompt")
-        x = self.table[tokens[:, t:]] * math.sqrt(self.width) + self.positions[:, t : t + 1]
-        for layer, keys, values in zip(self.layers, self.keys, self.values, strict=True):
+            raise ValueError(
+                "the PyTorch reference decodes one row from a one-token prompt"
+            )
+        x = (
+            self.table[tokens[:, t:]] * math.sqrt(self.width)
+            + self.positions[:, t : t + 1]
+        )
+        for layer, keys, values in zip(
+            self.layers, self.keys, self.values, strict=True
+        ):
             attention = layer.self_attn
             qkv = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)
             q, k, v = qkv.view(1, 1, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
             keys[:, :, t : t + 1], values[:, :, t : t + 1] = k, v
-            y = F.scaled_dot_product_attention(q, keys[:, :, : t + 1], values[:, :, : t + 1])
-            y = F.linear(y.transpose(1, 2).reshape(1, 1, -1), attention.out_proj.weight, attention.out_proj.bias)
-            x = F.layer_norm(x + y, (self.width,), layer.norm1.weight, layer.norm1.bias, layer.norm1.eps)
-            y = F.linear(F.relu(F.linear(x, layer.linear1.weight, layer.linear1.bias)), layer.linear2.weight,
-                         layer.linear2.bias)
-            x = F.layer_norm(x + y, (self.width,), layer.norm2.weight, layer.norm2.bias, layer.norm2.eps)
+            y = F.scaled_dot_product_attention(
+                q, keys[:, :, : t + 1], values[:, :, : t + 1]
+            )
+            y = F.linear(
+                y.transpose(1, 2).reshape(1, 1, -1),
+                attention.out_proj.weight,
+                attention.out_proj.bias,
+            )
+            x = F.layer_norm(
+                x + y,
+                (self.width,),
+                layer.norm1.weight,
+                layer.norm1.bias,
+                layer.norm1.eps,
+            )
+            y = F.linear(
+                F.relu(F.linear(x, layer.linear1.weight, layer.linear1.bias)),
+                layer.linear2.weight,
+                layer.linear2.bias,
+            )
+            x = F.layer_norm(
+                x + y,
+                (self.width,),
+                layer.norm2.weight,
+                layer.norm2.bias,
+                layer.norm2.eps,
+            )
         self.length = t + 1
         return F.log_softmax(F.linear(x, self.table), dim=-1)[:, -1]
 
@@ -69,7 +108,9 @@ def _decoders(model, tokens: int) -> dict[str, Callable[[], object]]:
     return {
         "named, cache": lambda: IncrementalDecoder(model, cache=True),
         "named, recompute the prefix": lambda: IncrementalDecoder(model, cache=False),
-        "named, compiled, fixed-size cache": lambda: CompiledDecoder(model, capacity=tokens),
+        "named, compiled, fixed-size cache": lambda: CompiledDecoder(
+            model, capacity=tokens
+        ),
         "PyTorch primitives, cache": lambda: _PyTorchCachedStep(model, tokens),
     }
 
@@ -81,13 +122,28 @@ def _rows(model, prompt, tokens: int, repeats: int, threads: int) -> list[list[o
     the largest log-probability difference from recomputation.
     """
     decoders = _decoders(model, tokens)
-    log_probs = {name: greedy(make(), prompt, tokens).log_probs for name, make in decoders.items()}
-    runs = {name: (lambda make=make: greedy(make(), prompt, tokens)) for name, make in decoders.items()}
+    log_probs = {
+        name: greedy(make(), prompt, tokens).log_probs
+        for name, make in decoders.items()
+    }
+    runs = {
+        name: (lambda make=make: greedy(make(), prompt, tokens))
+        for name, make in decoders.items()
+    }
     timings = interleaved(runs, repeats, warmup=0)
     recompute = next(t for t in timings if t.name == "named, recompute the prefix")
     reference = log_probs[recompute.name]
-    return [[threads, t.name, f"{tokens / t.median:.0f}", t.spread, f"{recompute.median / t.median:.1f}×",
-             f"{(log_probs[t.name] - reference).abs().max().item():.0e}"] for t in timings]
+    return [
+        [
+            threads,
+            t.name,
+            f"{tokens / t.median:.0f}",
+            t.spread,
+            f"{recompute.median / t.median:.1f}×",
+            f"{(log_probs[t.name] - reference).abs().max().item():.0e}",
+        ]
+        for t in timings
+    ]
 
 
 def kv_cache(quick: bool) -> str:
@@ -98,8 +154,13 @@ def kv_cache(quick: bool) -> str:
     of recomputation.
     """
     tokens, repeats = (16, 1) if quick else (256, 7)
-    config = TransformerConfig(decoder_layers=2 if quick else 4, layer=64 if quick else 256, heads=4 if quick else 8,
-                               hidden=128 if quick else 1024, dropout=0.0)
+    config = TransformerConfig(
+        decoder_layers=2 if quick else 4,
+        layer=64 if quick else 256,
+        heads=4 if quick else 8,
+        hidden=128 if quick else 1024,
+        dropout=0.0,
+    )
     model = LanguageModel(100, config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
     rows, threads_before = [], torch.get_num_threads()
@@ -109,5 +170,14 @@ def kv_cache(quick: bool) -> str:
             rows += _rows(model, prompt, tokens, repeats, threads)
     torch.set_num_threads(threads_before)
     sizes = f"{config.decoder_layers} layers, layer {config.layer}, heads {config.heads}, hidden {config.hidden}"
-    header = ["threads", "decoding", "tokens/s", "spread", "speed-up over recomputing", "max abs Δ log p"]
-    return table(f"7. Greedy decoding of {tokens} tokens, batch 1 ({sizes})", header, rows)
+    header = [
+        "threads",
+        "decoding",
+        "tokens/s",
+        "spread",
+        "speed-up over recomputing",
+        "max abs Δ log p",
+    ]
+    return table(
+        f"7. Greedy decoding of {tokens} tokens, batch 1 ({sizes})", header, rows
+    )

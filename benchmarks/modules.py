@@ -24,10 +24,19 @@ def _flops(step) -> int:
 
 
 def _row(label: str, named, reference, flops: int | None = None) -> list[object]:
-    row = [label, ms(named.median), named.spread, ms(reference.median), reference.spread,
-           f"{named.median / reference.median:.3f}"]
+    row = [
+        label,
+        ms(named.median),
+        named.spread,
+        ms(reference.median),
+        reference.spread,
+        f"{named.median / reference.median:.3f}",
+    ]
     if flops is not None:
-        row += [f"{flops / named.median / 1e9:.1f}", f"{flops / reference.median / 1e9:.1f}"]
+        row += [
+            f"{flops / named.median / 1e9:.1f}",
+            f"{flops / reference.median / 1e9:.1f}",
+        ]
     return row
 
 
@@ -56,12 +65,32 @@ def multihead(quick: bool) -> str:
     repeats = 3 if quick else 40
     rows = []
     with nt.shape_checks(False):
-        named, reference = interleaved({"named": named_step, "torch": torch_step}, repeats)
+        named, reference = interleaved(
+            {"named": named_step, "torch": torch_step}, repeats
+        )
     rows.append(_row("checks off", named, reference))
-    named_on, reference_on = interleaved({"named": named_step, "torch": torch_step}, repeats)
+    named_on, reference_on = interleaved(
+        {"named": named_step, "torch": torch_step}, repeats
+    )
     rows.append(_row("checks on", named_on, reference_on))
-    rows.append(["checks on / off (named)", "", "", "", "", f"{named_on.median / named.median:.3f}"])
-    header = ["shape checks", "named ms", "spread", "nn.MultiheadAttention ms", "spread", "named / torch"]
+    rows.append(
+        [
+            "checks on / off (named)",
+            "",
+            "",
+            "",
+            "",
+            f"{named_on.median / named.median:.3f}",
+        ]
+    )
+    header = [
+        "shape checks",
+        "named ms",
+        "spread",
+        "nn.MultiheadAttention ms",
+        "spread",
+        "named / torch",
+    ]
     title = f"3, 5. MultiHeadAttention forward+backward (batch {batch}, seq {seq}, layer {layer}, heads {heads}, causal)"
     return table(title, header, rows)
 
@@ -74,8 +103,13 @@ def _fuse(model: nn.Module) -> None:
 
 def _ratios(timings) -> list[str]:
     named, fused, reference = timings
-    return [ms(named.median), ms(fused.median), ms(reference.median),
-            f"{named.median / reference.median:.3f}", f"{fused.median / reference.median:.3f}"]
+    return [
+        ms(named.median),
+        ms(fused.median),
+        ms(reference.median),
+        f"{named.median / reference.median:.3f}",
+        f"{fused.median / reference.median:.3f}",
+    ]
 
 
 def fused_option(quick: bool) -> str:
@@ -84,24 +118,57 @@ def fused_option(quick: bool) -> str:
     Reported apart: the targets hold for the default named path, which this is not.
     """
     rows, repeats = [], 3 if quick else 20
-    sizes = [(4, 16, 64, 4), (2, 64, 64, 4)] if quick else [(32, 64, 256, 8), (2, 1024, 256, 8)]
+    sizes = (
+        [(4, 16, 64, 4), (2, 64, 64, 4)]
+        if quick
+        else [(32, 64, 256, 8), (2, 1024, 256, 8)]
+    )
     with nt.shape_checks(False):
         for batch, seq, layer, heads in sizes:
             named_step, torch_step = _attention_pair(batch, seq, layer, heads)
             fused_step, _ = _attention_pair(batch, seq, layer, heads, fused=True)
-            timings = interleaved({"named": named_step, "fused": fused_step, "torch": torch_step}, repeats)
-            rows.append([f"MultiHeadAttention fwd+bwd, batch {batch} × seq {seq}", *_ratios(timings)])
+            timings = interleaved(
+                {"named": named_step, "fused": fused_step, "torch": torch_step}, repeats
+            )
+            rows.append(
+                [
+                    f"MultiHeadAttention fwd+bwd, batch {batch} × seq {seq}",
+                    *_ratios(timings),
+                ]
+            )
         _, _, named_step, torch_step, sizes = _transformer_pair(quick, 0.0)
         fused_step = _transformer_pair(quick, 0.0, fused=True)[2]
-        timings = interleaved({"named": named_step, "fused": fused_step, "torch": torch_step}, repeats)
-        rows.append([f"training step vs nn.Transformer, dropout 0.0 ({sizes})", *_ratios(timings)])
-    header = ["work", "named ms", "named fused ms", "PyTorch ms", "named / torch", "named fused / torch"]
-    return table("9. The fused-attention option (explicit, not the default), checks off", header, rows)
+        timings = interleaved(
+            {"named": named_step, "fused": fused_step, "torch": torch_step}, repeats
+        )
+        rows.append(
+            [
+                f"training step vs nn.Transformer, dropout 0.0 ({sizes})",
+                *_ratios(timings),
+            ]
+        )
+    header = [
+        "work",
+        "named ms",
+        "named fused ms",
+        "PyTorch ms",
+        "named / torch",
+        "named fused / torch",
+    ]
+    return table(
+        "9. The fused-attention option (explicit, not the default), checks off",
+        header,
+        rows,
+    )
 
 
 def _transformer_pair(quick: bool, dropout: float, fused: bool = False):
-    layer, heads, layers, hidden, batch, seq = (32, 4, 1, 64, 4, 8) if quick else (256, 8, 3, 1024, 32, 64)
-    theirs = nn.Transformer(layer, heads, layers, layers, hidden, dropout, batch_first=True)
+    layer, heads, layers, hidden, batch, seq = (
+        (32, 4, 1, 64, 4, 8) if quick else (256, 8, 3, 1024, 32, 64)
+    )
+    theirs = nn.Transformer(
+        layer, heads, layers, layers, hidden, dropout, batch_first=True
+    )
     ours = from_torch(theirs)
     if fused:
         _fuse(ours)
@@ -116,7 +183,9 @@ def _transformer_pair(quick: bool, dropout: float, fused: bool = False):
 
     def torch_step():
         optimisers[1].zero_grad()
-        theirs(source, target, tgt_mask=~causal, tgt_is_causal=True).square().mean().backward()
+        theirs(
+            source, target, tgt_mask=~causal, tgt_is_causal=True
+        ).square().mean().backward()
         optimisers[1].step()
 
     sizes = f"layer {layer}, heads {heads}, {layers}+{layers} layers, hidden {hidden}, batch {batch} × seq {seq}"
@@ -131,26 +200,55 @@ def training_step(quick: bool, peak_gflops: float) -> str:
         _, _, named_step, torch_step, sizes = _transformer_pair(quick, dropout)
         flops = _flops(torch_step)
         with nt.shape_checks(False):
-            named, reference = interleaved({"named": named_step, "torch": torch_step}, repeats)
+            named, reference = interleaved(
+                {"named": named_step, "torch": torch_step}, repeats
+            )
         rows.append(_row(f"dropout {dropout}, checks off", named, reference, flops))
         if dropout == 0.1:
-            named_on, reference_on = interleaved({"named": named_step, "torch": torch_step}, repeats)
-            rows.append(_row(f"dropout {dropout}, checks on", named_on, reference_on, flops))
-            rows.append(["checks on / off (named)", "", "", "", "", f"{named_on.median / named.median:.3f}", "", ""])
-    header = ["configuration", "named ms", "spread", "nn.Transformer ms", "spread", "named / torch",
-              "named GFLOP/s", "torch GFLOP/s"]
+            named_on, reference_on = interleaved(
+                {"named": named_step, "torch": torch_step}, repeats
+            )
+            rows.append(
+                _row(f"dropout {dropout}, checks on", named_on, reference_on, flops)
+            )
+            rows.append(
+                [
+                    "checks on / off (named)",
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"{named_on.median / named.median:.3f}",
+                    "",
+                    "",
+                ]
+            )
+    header = [
+        "configuration",
+        "named ms",
+        "spread",
+        "nn.Transformer ms",
+        "spread",
+        "named / torch",
+        "named GFLOP/s",
+        "torch GFLOP/s",
+    ]
     title = f"4, 5. Training step vs nn.Transformer ({sizes}); matmul peak {peak_gflops:.0f} GFLOP/s"
     return table(title, header, rows)
 
 
 def _compiled_rows(quick: bool, dropout: float) -> tuple[list[list[str]], str]:
     """Graph count and eager / compiled / nn.Transformer step times at one dropout rate."""
-    ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(quick, dropout)
+    ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(
+        quick, dropout
+    )
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(ours)(source, target, target_mask=causal)
     torch._dynamo.reset()
     # quick mode proves fullgraph capture cheaply; a full run compiles with inductor
-    compiled_model = torch.compile(ours, fullgraph=True, backend="eager" if quick else "inductor")
+    compiled_model = torch.compile(
+        ours, fullgraph=True, backend="eager" if quick else "inductor"
+    )
     optimiser = torch.optim.AdamW(ours.parameters(), lr=1e-4)
 
     def compiled_step():
@@ -160,7 +258,11 @@ def _compiled_rows(quick: bool, dropout: float) -> tuple[list[list[str]], str]:
 
     compiled_step()  # compile outside the timing
     eager, fast, reference = interleaved(
-        {"named eager": named_step, "named compiled": compiled_step, "nn.Transformer eager": torch_step},
+        {
+            "named eager": named_step,
+            "named compiled": compiled_step,
+            "nn.Transformer eager": torch_step,
+        },
         3 if quick else 20,
     )
     graphs = f"{explanation.graph_count} / {explanation.graph_break_count}"
@@ -177,4 +279,8 @@ def compiled(quick: bool) -> str:
         for dropout in (0.0, 0.1):
             more, sizes = _compiled_rows(quick, dropout)
             rows += more
-    return table(f"6. torch.compile(fullgraph=True), checks off ({sizes})", ["", "ms", "/ nn.Transformer eager"], rows)
+    return table(
+        f"6. torch.compile(fullgraph=True), checks off ({sizes})",
+        ["", "ms", "/ nn.Transformer eager"],
+        rows,
+    )

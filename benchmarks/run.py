@@ -29,7 +29,9 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, few repeats (CI)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes, few repeats (CI)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     torch.manual_seed(0)

@@ -4,7 +4,13 @@ Every public function is shape-checked at run time (see :mod:`named_transformer.
 ``shape_checks(False)`` turns checking off.
 """
 
-from named_transformer.axes import AXES, Axis, checked, shape_checks, shape_checks_enabled
+from named_transformer.axes import (
+    AXES,
+    Axis,
+    checked,
+    shape_checks,
+    shape_checks_enabled,
+)
 from named_transformer.core.attention import (
     attend,
     attention,
@@ -18,7 +24,10 @@ from named_transformer.core.feedforward import feed_forward, relu
 from named_transformer.core.masks import causal_mask, key_padding_mask, padding_mask
 from named_transformer.core.norm import layer_norm, standardize
 from named_transformer.core.pooling import attention_pooling, attention_pooling_weights
-from named_transformer.core.positions import relative_position_index, sinusoidal_positions
+from named_transformer.core.positions import (
+    relative_position_index,
+    sinusoidal_positions,
+)
 from named_transformer.core.scores import (
     additive_score,
     cosine_score,
@@ -59,7 +68,14 @@ from named_transformer.models.relative import (
     relative_attention_weights,
     relative_multihead_attention,
 )
-from named_transformer.models.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
+from named_transformer.models.rnn import (
+    ElmanCell,
+    GRUCell,
+    LSTMCell,
+    elman_cell,
+    gru_cell,
+    lstm_cell,
+)
 from named_transformer.models.seq2seq import (
     AttentionDecoder,
     BahdanauSeq2Seq,

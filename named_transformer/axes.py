@@ -37,7 +37,9 @@ class Axis(NamedTuple):
 
 # --8<-- [start:axes]
 AXES: dict[str, Axis] = {
-    "batch": Axis(r"\mathsf{batch}", "independent examples (any number of leading axes)"),
+    "batch": Axis(
+        r"\mathsf{batch}", "independent examples (any number of leading axes)"
+    ),
     "seq": Axis(r"\mathsf{seq}", "positions attended over: the keys and values"),
     "seq_q": Axis(r"\mathsf{seq'}", "query positions (the paper's seq', renamed)"),
     "layer": Axis(r"\mathsf{layer}", "model width, d_model"),
@@ -45,16 +47,28 @@ AXES: dict[str, Axis] = {
     "key_q": Axis(r"\mathsf{key'}", "query width when it differs from the key width"),
     "val": Axis(r"\mathsf{val}", "value width of one head, d_v"),
     "heads": Axis(r"\mathsf{heads}", "attention heads"),
-    "hidden": Axis(r"\mathsf{hidden}", "feed-forward width; the state of an RNN (§4.2)"),
+    "hidden": Axis(
+        r"\mathsf{hidden}", "feed-forward width; the state of an RNN (§4.2)"
+    ),
     "hidden_next": Axis(r"\mathsf{hidden'}", "the next RNN state, before renaming"),
     "input": Axis(r"\mathsf{input}", "width of an RNN's input vector"),
-    "memory": Axis(r"\mathsf{memory}", "width of the memory (encoder output) in cross-attention"),
+    "memory": Axis(
+        r"\mathsf{memory}", "width of the memory (encoder output) in cross-attention"
+    ),
     "vocab": Axis(r"\mathsf{vocab}", "token types of the vocabulary"),
     "classes": Axis(r"\mathsf{classes}", "output classes of a classifier"),
-    "distance": Axis(r"\mathsf{distance}", "clipped relative distance, 2k+1 entries (Shaw et al.)"),
-    "qkv": Axis(r"\mathsf{qkv}", "rows of seed 04's stacked W_qkv (q, k, v of all heads)"),
-    "gates": Axis(r"\mathsf{gates}", "stacked gates of a GRU (r, z, n) or an LSTM (i, f, g, o)"),
-    "annotation": Axis(r"\mathsf{annotation}", "bidirectional annotation [fwd h_j; bwd h_j]"),
+    "distance": Axis(
+        r"\mathsf{distance}", "clipped relative distance, 2k+1 entries (Shaw et al.)"
+    ),
+    "qkv": Axis(
+        r"\mathsf{qkv}", "rows of seed 04's stacked W_qkv (q, k, v of all heads)"
+    ),
+    "gates": Axis(
+        r"\mathsf{gates}", "stacked gates of a GRU (r, z, n) or an LSTM (i, f, g, o)"
+    ),
+    "annotation": Axis(
+        r"\mathsf{annotation}", "bidirectional annotation [fwd h_j; bwd h_j]"
+    ),
 }
 # --8<-- [end:axes]
 
@@ -73,6 +87,8 @@ def checked(fn: _F) -> _F:
     a decorated class checks nothing. Honours :func:`shape_checks` at call time.
     """
     return jaxtyped(typechecker=_typechecker)(fn)
+
+
 # --8<-- [end:checked]
 
 
@@ -104,4 +120,6 @@ def shape_checks(enabled: bool) -> contextlib.AbstractContextManager[None]:
     previous = shape_checks_enabled()
     jaxtyping.config.update("jaxtyping_disable", not enabled)
     return _restore(previous)
+
+
 # --8<-- [end:shape_checks]

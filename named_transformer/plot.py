@@ -83,13 +83,22 @@ def attention_heatmap(
             for column in range(grid.shape[1]):
                 value = grid[row, column]
                 colour = "black" if value > middle else "white"
-                ax.text(column, row, f"{value:.2f}", ha="center", va="center",
-                        color=colour, fontsize=8)
+                ax.text(
+                    column,
+                    row,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    color=colour,
+                    fontsize=8,
+                )
     if title:
         ax.set_title(title)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, shrink=0.8)
     return ax
+
+
 # --8<-- [end:attention_heatmap]
 
 
@@ -112,14 +121,22 @@ def table_heatmap(
     ax = _axes(ax, (7.0, 3.5))
     grid = _numbers(table)
     limit = float(abs(grid).max()) if symmetric else None
-    image = ax.imshow(grid, cmap=cmap, aspect="auto", interpolation="nearest",
-                      vmin=-limit if limit else None, vmax=limit)
+    image = ax.imshow(
+        grid,
+        cmap=cmap,
+        aspect="auto",
+        interpolation="nearest",
+        vmin=-limit if limit else None,
+        vmax=limit,
+    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     ax.figure.colorbar(image, ax=ax, shrink=0.8)
     return ax
+
+
 # --8<-- [end:table_heatmap]
 
 
@@ -160,4 +177,6 @@ def line_plot(
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return ax
+
+
 # --8<-- [end:line_plot]

@@ -19,19 +19,26 @@ def qkv(*batch, dtype=torch.float32, requires_grad=False):
     return make(SEQ_Q, KEY), make(SEQ, KEY), make(SEQ, VAL)
 
 
-@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"])
+@pytest.mark.parametrize(
+    "batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"]
+)
 def test_equals_sdpa_without_mask(batch):
     q, k, v = qkv(*batch)
-    torch.testing.assert_close(nt.attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(
+        nt.attention(q, k, v), F.scaled_dot_product_attention(q, k, v)
+    )
 
 
-@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"])
+@pytest.mark.parametrize(
+    "batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"]
+)
 def test_equals_sdpa_causal(batch):
     q, k, v = qkv(*batch)
     q = q[..., :SEQ, :] if SEQ_Q >= SEQ else torch.randn(*batch, SEQ, KEY)
     mask = nt.causal_mask(SEQ)
     torch.testing.assert_close(
-        nt.attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        nt.attention(q, k, v, mask),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
     )
 
 
@@ -43,7 +50,9 @@ def test_equals_sdpa_with_padding_mask():
     torch.testing.assert_close(nt.attention(q, k, v, mask), expected)
 
 
-@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"])
+@pytest.mark.parametrize(
+    "batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"]
+)
 def test_equals_sdpa_with_arbitrary_boolean_mask(batch):
     q, k, v = qkv(*batch)
     mask = torch.rand(*batch, SEQ_Q, SEQ) > 0.4
@@ -80,14 +89,18 @@ def test_attention_from_scores_with_the_scaled_dot_score_is_attention():
     q, k, v = qkv(2)
     mask = nt.causal_mask(SEQ_Q, SEQ)
     scores = nt.scaled_dot_score(q, k)
-    torch.testing.assert_close(nt.attention_from_scores(scores, v, mask), nt.attention(q, k, v, mask))
+    torch.testing.assert_close(
+        nt.attention_from_scores(scores, v, mask), nt.attention(q, k, v, mask)
+    )
 
 
 def test_keys_with_a_size_one_heads_axis_are_multi_query_attention():
     heads = 6
     q = torch.randn(2, heads, SEQ_Q, KEY)
     k, v = torch.randn(2, 1, SEQ, KEY), torch.randn(2, 1, SEQ, VAL)
-    expected = F.scaled_dot_product_attention(q, k.expand(-1, heads, -1, -1), v.expand(-1, heads, -1, -1))
+    expected = F.scaled_dot_product_attention(
+        q, k.expand(-1, heads, -1, -1), v.expand(-1, heads, -1, -1)
+    )
     torch.testing.assert_close(nt.attention(q, k, v), expected)
 
 
@@ -98,7 +111,9 @@ def test_gradcheck_basic_self_attention():
 
 def test_basic_self_attention_matches_seed_01():
     x = torch.randn(SEQ, KEY)
-    seed_01 = torch.softmax(x @ x.T, dim=-1) @ x  # seed 01's basic_attention, written raw
+    seed_01 = (
+        torch.softmax(x @ x.T, dim=-1) @ x
+    )  # seed 01's basic_attention, written raw
     torch.testing.assert_close(nt.basic_self_attention(x), seed_01)
 
 
@@ -107,19 +122,25 @@ def test_basic_self_attention_is_permutation_equivariant(seed):
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(2, SEQ, KEY, generator=generator, dtype=torch.float64)
     perm = torch.randperm(SEQ, generator=generator)
-    torch.testing.assert_close(nt.basic_self_attention(x[:, perm]), nt.basic_self_attention(x)[:, perm])
+    torch.testing.assert_close(
+        nt.basic_self_attention(x[:, perm]), nt.basic_self_attention(x)[:, perm]
+    )
 
 
 @given(seed=st.integers(0, 10_000))
 def test_qkv_self_attention_is_permutation_equivariant(seed):
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(SEQ, 6, generator=generator, dtype=torch.float64)
-    w_q, w_k = (torch.randn(6, KEY, generator=generator, dtype=torch.float64) for _ in range(2))
+    w_q, w_k = (
+        torch.randn(6, KEY, generator=generator, dtype=torch.float64) for _ in range(2)
+    )
     w_v = torch.randn(6, VAL, generator=generator, dtype=torch.float64)
     perm = torch.randperm(SEQ, generator=generator)
 
     def self_attention(inputs):
-        q, k, v = (einsum(inputs, w, "seq layer, layer d -> seq d") for w in (w_q, w_k, w_v))
+        q, k, v = (
+            einsum(inputs, w, "seq layer, layer d -> seq d") for w in (w_q, w_k, w_v)
+        )
         return nt.attention(q, k, v)
 
     torch.testing.assert_close(self_attention(x[perm]), self_attention(x)[perm])

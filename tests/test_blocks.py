@@ -9,16 +9,23 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 import named_transformer as nt
+from named_transformer.interop.pytorch import from_torch, mask_from_torch
 from named_transformer.models.decoder import DecoderLayer
-from named_transformer.models.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding, embed
+from named_transformer.models.embedding import (
+    LearnedPositions,
+    SinusoidalPositions,
+    TokenEmbedding,
+    embed,
+)
 from named_transformer.models.encoder import EncoderLayer
 from named_transformer.models.generator import Generator, log_probabilities
-from named_transformer.interop.pytorch import from_torch, mask_from_torch
 from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN, VOCAB = 2, 3, 5, 12, 3, 10, 11
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 2) + [True] * 2])  # PyTorch: True = pad
+PADDING = torch.tensor(
+    [[False] * SEQ, [False] * (SEQ - 2) + [True] * 2]
+)  # PyTorch: True = pad
 REAL = ~PADDING
 
 
@@ -46,7 +53,9 @@ def test_feed_forward_is_a_kernel_size_1_convolution(activation):
         conv2.bias.copy_(ours.b2)
     x = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
     act = F.relu if activation == "relu" else F.gelu
-    expected = conv2(act(conv1(x.transpose(1, 2)))).transpose(1, 2)  # Conv1d wants channels first
+    expected = conv2(act(conv1(x.transpose(1, 2)))).transpose(
+        1, 2
+    )  # Conv1d wants channels first
     torch.testing.assert_close(ours(x), expected, atol=1e-12, rtol=0)
 
 
@@ -69,10 +78,14 @@ def test_embedding_is_a_scaled_row_lookup_and_positions_follow_the_inputs():
     e = TokenEmbedding(VOCAB, LAYER)
     tokens = torch.randint(VOCAB, (B, SEQ))
     one_hot = F.one_hot(tokens, VOCAB).float()
-    torch.testing.assert_close(e(tokens), one_hot @ e.table * math.sqrt(LAYER))  # E ⊙_vocab I
+    torch.testing.assert_close(
+        e(tokens), one_hot @ e.table * math.sqrt(LAYER)
+    )  # E ⊙_vocab I
     positions = SinusoidalPositions(LAYER, dropout=0.0)
     x = torch.zeros(B, SEQ, LAYER, dtype=torch.float64)
-    torch.testing.assert_close(positions(x)[0], nt.sinusoidal_positions(SEQ, LAYER, dtype=torch.float64))
+    torch.testing.assert_close(
+        positions(x)[0], nt.sinusoidal_positions(SEQ, LAYER, dtype=torch.float64)
+    )
     torch.testing.assert_close(positions(x[:, :2], offset=3)[0], positions(x)[0, 3:])
     meta = positions(torch.zeros(B, SEQ, LAYER, dtype=torch.float16, device="meta"))
     assert meta.device.type == "meta" and meta.dtype == torch.float16
@@ -82,10 +95,22 @@ def test_embedding_is_a_scaled_row_lookup_and_positions_follow_the_inputs():
 def test_sinusoidal_table_is_kept_grows_on_demand_and_stays_out_of_checkpoints():
     positions = SinusoidalPositions(LAYER, dropout=0.0)
     x = torch.zeros(1, 1, LAYER)
-    for offset in (0, 5, 63, 64, 200, 1000):  # past the first table (64 rows) and its doubling
+    for offset in (
+        0,
+        5,
+        63,
+        64,
+        200,
+        1000,
+    ):  # past the first table (64 rows) and its doubling
         expected = nt.sinusoidal_positions(1, LAYER, offset=offset)
-        torch.testing.assert_close(positions(x, offset=offset)[0], expected, rtol=0, atol=1e-6)
-    assert len(positions._tables) == 1 and positions._tables[LAYER, torch.float32, x.device].shape[0] >= 1001
+        torch.testing.assert_close(
+            positions(x, offset=offset)[0], expected, rtol=0, atol=1e-6
+        )
+    assert (
+        len(positions._tables) == 1
+        and positions._tables[LAYER, torch.float32, x.device].shape[0] >= 1001
+    )
     positions(x.double())  # another dtype: its own table
     assert len(positions._tables) == 2
     assert positions.state_dict() == {}
@@ -141,11 +166,21 @@ def test_decoder_layer_equals_torch(dtype, norm_first, activation):
         LAYER, HEADS, HIDDEN, activation=activation, norm_first=norm_first, batch_first=True
     ).to(dtype).eval()  # fmt: skip
     ours = from_torch(theirs)
-    target, memory = torch.randn(B, SEQ_Q, LAYER, dtype=dtype), torch.randn(B, SEQ, LAYER, dtype=dtype)
+    target, memory = (
+        torch.randn(B, SEQ_Q, LAYER, dtype=dtype),
+        torch.randn(B, SEQ, LAYER, dtype=dtype),
+    )
     causal = nt.causal_mask(SEQ_Q)
     expected = theirs(target, memory, tgt_mask=~causal, memory_key_padding_mask=PADDING)
-    got, own, cross = ours(target, memory, causal, mask_from_torch(None, PADDING), need_weights=True)
-    assert own.shape == (B, HEADS, SEQ_Q, SEQ_Q) and cross.shape == (B, HEADS, SEQ_Q, SEQ)
+    got, own, cross = ours(
+        target, memory, causal, mask_from_torch(None, PADDING), need_weights=True
+    )
+    assert own.shape == (B, HEADS, SEQ_Q, SEQ_Q) and cross.shape == (
+        B,
+        HEADS,
+        SEQ_Q,
+        SEQ,
+    )
     assert (cross[1, :, :, -2:] == 0).all()  # padded memory positions get no weight
     torch.testing.assert_close(got, expected, atol=TOL[dtype], rtol=0)
 
@@ -181,8 +216,12 @@ def test_layer_parameter_counts_match_formula_and_torch():
     assert enc.num_parameters() == attention + ffn + 2 * norm
     assert dec.num_parameters() == 2 * attention + ffn + 3 * norm
     torch_count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
-    assert enc.num_parameters() == torch_count(nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN))
-    assert dec.num_parameters() == torch_count(nn.TransformerDecoderLayer(LAYER, HEADS, HIDDEN))
+    assert enc.num_parameters() == torch_count(
+        nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN)
+    )
+    assert dec.num_parameters() == torch_count(
+        nn.TransformerDecoderLayer(LAYER, HEADS, HIDDEN)
+    )
 
 
 def test_modules_reject_wrong_axis_sizes():
@@ -192,12 +231,23 @@ def test_modules_reject_wrong_axis_sizes():
         (lambda: FeedForward(LAYER, HIDDEN)(x), "w1"),
         (lambda: Residual(LAYER)(x, lambda t: t), "gamma"),
         (lambda: EncoderLayer(LAYER, HEADS, HIDDEN)(x), "w_q"),
-        (lambda: DecoderLayer(LAYER, HEADS, HIDDEN)(x, torch.randn(B, SEQ, LAYER)), "w_q"),
+        (
+            lambda: DecoderLayer(LAYER, HEADS, HIDDEN)(x, torch.randn(B, SEQ, LAYER)),
+            "w_q",
+        ),
         (lambda: DecoderLayer(LAYER, HEADS, HIDDEN)(x[..., :LAYER], x), "w_k"),
         (lambda: TokenEmbedding(VOCAB, LAYER)(torch.randn(B, SEQ)), "tokens"),
-        (lambda: embed(torch.zeros(B, SEQ, dtype=torch.long), torch.randn(LAYER)), "table"),
+        (
+            lambda: embed(torch.zeros(B, SEQ, dtype=torch.long), torch.randn(LAYER)),
+            "table",
+        ),
         (lambda: Generator(LAYER, VOCAB)(x), "table"),
-        (lambda: log_probabilities(x, torch.randn(VOCAB, LAYER + 1), torch.randn(VOCAB + 1)), "bias"),
+        (
+            lambda: log_probabilities(
+                x, torch.randn(VOCAB, LAYER + 1), torch.randn(VOCAB + 1)
+            ),
+            "bias",
+        ),
         (lambda: SinusoidalPositions(LAYER)(torch.randn(LAYER)), "inputs"),
         (lambda: LearnedPositions(7, LAYER)(x), "positions"),
     ]

@@ -16,7 +16,9 @@ SEQ, LAYER, HIDDEN = 7, 6, 5
 def test_causal_mask_is_the_lower_triangle_and_offsets_shift_it():
     assert torch.equal(nt.causal_mask(4), torch.ones(4, 4, dtype=torch.bool).tril())
     # three new queries after a cache of two: query i sits at position 2 + i
-    expected = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    expected = torch.tensor(
+        [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool
+    )
     assert torch.equal(nt.causal_mask(3, 5, offset=2), expected)
 
 
@@ -31,15 +33,25 @@ def test_standardize_and_layer_norm_equal_f_layer_norm():
     x = torch.randn(2, SEQ, LAYER)
     gamma, beta = torch.randn(LAYER), torch.randn(LAYER)
     torch.testing.assert_close(nt.standardize(x), F.layer_norm(x, (LAYER,)))
-    torch.testing.assert_close(nt.layer_norm(x, gamma, beta, 1e-6), F.layer_norm(x, (LAYER,), gamma, beta, 1e-6))
+    torch.testing.assert_close(
+        nt.layer_norm(x, gamma, beta, 1e-6),
+        F.layer_norm(x, (LAYER,), gamma, beta, 1e-6),
+    )
 
 
 def test_layer_norm_written_out_gradient_equals_f_layer_norm_gradient():
     x = (torch.randn(3, SEQ, LAYER) * 4 + 2).requires_grad_()
-    gamma, beta = torch.randn(LAYER, requires_grad=True), torch.randn(LAYER, requires_grad=True)
+    gamma, beta = (
+        torch.randn(LAYER, requires_grad=True),
+        torch.randn(LAYER, requires_grad=True),
+    )
     upstream = torch.randn(3, SEQ, LAYER)
-    ours = torch.autograd.grad(nt.layer_norm(x, gamma, beta), (x, gamma, beta), upstream)
-    theirs = torch.autograd.grad(F.layer_norm(x, (LAYER,), gamma, beta), (x, gamma, beta), upstream)
+    ours = torch.autograd.grad(
+        nt.layer_norm(x, gamma, beta), (x, gamma, beta), upstream
+    )
+    theirs = torch.autograd.grad(
+        F.layer_norm(x, (LAYER,), gamma, beta), (x, gamma, beta), upstream
+    )
     for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a, b)
 
@@ -51,7 +63,10 @@ def test_standardize_refuses_a_second_derivative_rather_than_giving_a_wrong_one(
         grad.sum().backward()
 
 
-@pytest.mark.parametrize("relu", [nt.relu, _ReLU.apply, torch.compile(nt.relu, backend="aot_eager", fullgraph=True)])
+@pytest.mark.parametrize(
+    "relu",
+    [nt.relu, _ReLU.apply, torch.compile(nt.relu, backend="aot_eager", fullgraph=True)],
+)
 def test_relu_and_its_written_out_gradient_equal_torch_relu(relu):
     x = torch.randn(4, SEQ, HIDDEN)
     x[0, 0, :2] = 0.0  # the kink: both give gradient 0 there
@@ -70,19 +85,32 @@ def test_gradcheck_layer_norm_and_feed_forward():
     def t(*shape):
         return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
 
-    assert torch.autograd.gradcheck(nt.layer_norm, (t(2, SEQ, LAYER), t(LAYER), t(LAYER)))
+    assert torch.autograd.gradcheck(
+        nt.layer_norm, (t(2, SEQ, LAYER), t(LAYER), t(LAYER))
+    )
     args = (t(2, SEQ, LAYER), t(HIDDEN, LAYER), t(HIDDEN), t(LAYER, HIDDEN), t(LAYER))
-    assert torch.autograd.gradcheck(lambda *a: nt.feed_forward(*a, activation=torch.tanh), args)
-    away_from_the_kink = (torch.rand(2, SEQ, HIDDEN, dtype=torch.float64) + 0.1) * torch.randn(2, SEQ, HIDDEN).sign()
+    assert torch.autograd.gradcheck(
+        lambda *a: nt.feed_forward(*a, activation=torch.tanh), args
+    )
+    away_from_the_kink = (
+        torch.rand(2, SEQ, HIDDEN, dtype=torch.float64) + 0.1
+    ) * torch.randn(2, SEQ, HIDDEN).sign()
     assert torch.autograd.gradcheck(_ReLU.apply, (away_from_the_kink.requires_grad_(),))
 
 
 def test_feed_forward_equals_two_linear_layers_and_a_kernel_one_conv():
     x = torch.randn(2, SEQ, LAYER)
-    w1, b1, w2, b2 = torch.randn(HIDDEN, LAYER), torch.randn(HIDDEN), torch.randn(LAYER, HIDDEN), torch.randn(LAYER)
+    w1, b1, w2, b2 = (
+        torch.randn(HIDDEN, LAYER),
+        torch.randn(HIDDEN),
+        torch.randn(LAYER, HIDDEN),
+        torch.randn(LAYER),
+    )
     expected = F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
     torch.testing.assert_close(nt.feed_forward(x, w1, b1, w2, b2), expected)
-    conv = F.conv1d(F.relu(F.conv1d(x.transpose(1, 2), w1[..., None], b1)), w2[..., None], b2)
+    conv = F.conv1d(
+        F.relu(F.conv1d(x.transpose(1, 2), w1[..., None], b1)), w2[..., None], b2
+    )
     torch.testing.assert_close(nt.feed_forward(x, w1, b1, w2, b2), conv.transpose(1, 2))
 
 
@@ -127,7 +155,9 @@ def test_relative_position_index_clips_and_offsets():
 def test_created_tensors_follow_the_device_and_dtype():
     meta = torch.device("meta")
     assert nt.causal_mask(3, 4, device=meta).device == meta
-    assert nt.padding_mask(torch.ones(2, dtype=torch.long, device=meta), 4).device == meta
+    assert (
+        nt.padding_mask(torch.ones(2, dtype=torch.long, device=meta), 4).device == meta
+    )
     table = nt.sinusoidal_positions(3, 4, dtype=torch.float64, device=meta)
     assert (table.device, table.dtype) == (meta, torch.float64)
     assert nt.relative_position_index(3, 4, 2, device=meta).device == meta
@@ -155,13 +185,22 @@ def test_attention_pooling_ignores_padding():
     mask = nt.padding_mask(lengths, SEQ)
     garbage = h.clone()
     garbage[0, 4:] = 1e3
-    torch.testing.assert_close(nt.attention_pooling(garbage, w, b, v, mask), nt.attention_pooling(h, w, b, v, mask))
-    torch.testing.assert_close(nt.attention_pooling(h[:1, :4], w, b, v), nt.attention_pooling(h, w, b, v, mask)[:1])
+    torch.testing.assert_close(
+        nt.attention_pooling(garbage, w, b, v, mask),
+        nt.attention_pooling(h, w, b, v, mask),
+    )
+    torch.testing.assert_close(
+        nt.attention_pooling(h[:1, :4], w, b, v),
+        nt.attention_pooling(h, w, b, v, mask)[:1],
+    )
     assert (nt.attention_pooling_weights(h, w, b, v, mask)[0, 4:] == 0).all()
 
 
 def test_gradcheck_attention_pooling():
-    args = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in [(2, SEQ, LAYER), (HIDDEN, LAYER), (HIDDEN,), (HIDDEN,)]]
+    args = [
+        torch.randn(*s, dtype=torch.float64, requires_grad=True)
+        for s in [(2, SEQ, LAYER), (HIDDEN, LAYER), (HIDDEN,), (HIDDEN,)]
+    ]
     assert torch.autograd.gradcheck(nt.attention_pooling, tuple(args))
 
 
@@ -169,12 +208,18 @@ def test_einsum_direction_of_feed_forward_weights():
     # W1 is stored as hidden x layer: the same layout as nn.Linear(layer, hidden).weight
     linear = torch.nn.Linear(LAYER, HIDDEN)
     x = torch.randn(SEQ, LAYER)
-    torch.testing.assert_close(einsum(x, linear.weight, "seq layer, hidden layer -> seq hidden") + linear.bias, linear(x))
+    torch.testing.assert_close(
+        einsum(x, linear.weight, "seq layer, hidden layer -> seq hidden") + linear.bias,
+        linear(x),
+    )
 
 
 def test_dropout_is_torchs_when_eager_and_off_outside_training():
     x = torch.randn(4, SEQ, HIDDEN)
-    assert nt.dropout(x, 0.3, training=False) is x and nt.dropout(x, 0.0, training=True) is x
+    assert (
+        nt.dropout(x, 0.3, training=False) is x
+        and nt.dropout(x, 0.0, training=True) is x
+    )
     torch.manual_seed(5)
     ours = nt.dropout(x, 0.3, training=True)
     torch.manual_seed(5)
@@ -184,7 +229,9 @@ def test_dropout_is_torchs_when_eager_and_off_outside_training():
 def test_compiled_dropout_draws_a_float_mask_with_the_right_rate_and_gradient():
     p = 0.3
     compiled = torch.compile(nt.dropout, backend="aot_eager", fullgraph=True)
-    x = (torch.rand(200, 500) + 1.0).requires_grad_()  # no zeros: a dropped entry is exactly 0
+    x = (
+        torch.rand(200, 500) + 1.0
+    ).requires_grad_()  # no zeros: a dropped entry is exactly 0
     with nt.shape_checks(False):
         y = compiled(x, p, True)
     kept = y != 0

@@ -39,7 +39,13 @@ def test_switch_as_context_manager_restores_the_previous_state():
 def test_environment_variable_disables_checks_at_import():
     code = "import named_transformer as nt; print(nt.shape_checks_enabled())"
     env = {"JAXTYPING_DISABLE": "1", "PATH": ""}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -46,7 +46,9 @@ def test_train_evaluate_decode_copy(tmp_path, capsys):
         cli.main(["decode", str(out / "checkpoint.pt"), "abc"])
 
 
-def test_train_decoder_only_with_relative_positions_and_no_shape_checks(tmp_path, capsys):
+def test_train_decoder_only_with_relative_positions_and_no_shape_checks(
+    tmp_path, capsys
+):
     out = tmp_path / "sort"
     printed = run(capsys, "train", "sort", *TINY, "--model", "decoder-only",
                   "--positions", "relative", "--no-shape-checks", "--no-progress",
@@ -62,19 +64,32 @@ def test_train_sentiment_classifier_and_bag_of_words(tmp_path, capsys):
     printed = run(capsys, "train", "sentiment", *TINY, "--model", "bag-of-words",
                   "--out", str(tmp_path / "b"))  # fmt: skip
     assert "attention maps: none" in printed
-    printed = run(capsys, "decode", str(tmp_path / "s" / "checkpoint.pt"), "The plot was not good.")
+    printed = run(
+        capsys,
+        "decode",
+        str(tmp_path / "s" / "checkpoint.pt"),
+        "The plot was not good.",
+    )
     assert printed.splitlines()[0] in ("positive", "negative")
 
 
 def test_a_mismatched_model_kind_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="cannot be learned"):
-        cli.main(["train", "copy", *TINY, "--model", "classifier", "--out", str(tmp_path)])
+        cli.main(
+            ["train", "copy", *TINY, "--model", "classifier", "--out", str(tmp_path)]
+        )
 
 
 def test_missing_extra_names_it(monkeypatch, tmp_path):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tqdm" else real(name, *a))
-    with pytest.raises(SystemExit, match=r"tqdm.*`train` extra.*named_transformer\[train\]"):
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tqdm" else real(name, *a),
+    )
+    with pytest.raises(
+        SystemExit, match=r"tqdm.*`train` extra.*named_transformer\[train\]"
+    ):
         cli.main(["train", "copy", *TINY, "--out", str(tmp_path)])
 
 
@@ -86,7 +101,9 @@ def test_python_dash_m_entry_point():
 
 
 def test_results_script_quick_mode(tmp_path):
-    script = Path(__file__).resolve().parents[1] / "docs" / "scripts" / "run_workflows.py"
+    script = (
+        Path(__file__).resolve().parents[1] / "docs" / "scripts" / "run_workflows.py"
+    )
     spec = importlib.util.spec_from_file_location("run_workflows", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -94,11 +111,15 @@ def test_results_script_quick_mode(tmp_path):
     results = tmp_path / "docs" / "scripts" / "workflow_results"
     summary = (results / "summary.md").read_text()
     assert "| dates |" in summary
-    assert re.search(r"\| histogram \|.*\| 8 \|", summary)  # trained in two phases: 4 + 4 steps
+    assert re.search(
+        r"\| histogram \|.*\| 8 \|", summary
+    )  # trained in two phases: 4 + 4 steps
     assert "| relative |" in (results / "length.md").read_text()
     assert (results / "decoding.md").exists()
     figures = tmp_path / "docs" / "figures" / "workflows"
-    assert (figures / "curves-seq2seq.png").exists() and (figures / "attention-dates.png").exists()
+    assert (figures / "curves-seq2seq.png").exists() and (
+        figures / "attention-dates.png"
+    ).exists()
 
 
 def test_resumed_training_ends_with_the_same_weights(tmp_path, capsys):
@@ -108,7 +129,17 @@ def test_resumed_training_ends_with_the_same_weights(tmp_path, capsys):
             "--batch-size", "8", "--min-len", "2", "--max-len", "4", "--no-progress"]  # fmt: skip
     run(capsys, "train", "copy", *fast, "--steps", "4", "--out", str(tmp_path / "a"))
     run(capsys, "train", "copy", *fast, "--steps", "2", "--out", str(tmp_path / "b"))
-    run(capsys, "train", "copy", *fast, "--steps", "4", "--out", str(tmp_path / "b"), "--resume")
+    run(
+        capsys,
+        "train",
+        "copy",
+        *fast,
+        "--steps",
+        "4",
+        "--out",
+        str(tmp_path / "b"),
+        "--resume",
+    )
     a = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
     b = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
     assert a["step"] == b["step"] == 4

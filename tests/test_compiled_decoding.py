@@ -7,15 +7,21 @@ import pytest
 import torch
 
 from named_transformer import key_padding_mask
-from named_transformer.decoding.compiled import CompiledDecoder
 from named_transformer.decoding import IncrementalDecoder, beam_search, greedy
+from named_transformer.decoding.compiled import CompiledDecoder
 from tests.test_decoding import VOCAB, model_for
 
 
 def _decoders(kind: str, model, capacity: int, backend):
     source = torch.randint(4, VOCAB, (2, 7), generator=torch.Generator().manual_seed(1))
-    args = (source, key_padding_mask(torch.tensor([7, 4]), 7)) if kind == "encoder-decoder" else ()
-    return CompiledDecoder(model, *args, capacity=capacity, backend=backend), IncrementalDecoder(model, *args)
+    args = (
+        (source, key_padding_mask(torch.tensor([7, 4]), 7))
+        if kind == "encoder-decoder"
+        else ()
+    )
+    return CompiledDecoder(
+        model, *args, capacity=capacity, backend=backend
+    ), IncrementalDecoder(model, *args)
 
 
 @pytest.mark.parametrize(
@@ -25,7 +31,9 @@ def _decoders(kind: str, model, capacity: int, backend):
 )  # fmt: skip
 def test_compiled_decoding_equals_the_cache(kind, positions, norm_first):
     model = model_for(kind, positions, norm_first, 3)
-    start = torch.randint(4, VOCAB, (2, 3))  # a prompt of three tokens goes in one at a time
+    start = torch.randint(
+        4, VOCAB, (2, 3)
+    )  # a prompt of three tokens goes in one at a time
     compiled, cached = _decoders(kind, model, 9, "eager")
     ours, reference = greedy(compiled, start, 6), greedy(cached, start, 6)
     assert torch.equal(ours.tokens, reference.tokens)

@@ -16,10 +16,30 @@ from named_transformer.axes import AXES
 PACKAGE = Path(__file__).resolve().parents[1] / "named_transformer"
 FILES = sorted(PACKAGE.rglob("*.py"))
 
-RAW_METHODS = {"view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "flatten"}
-RAW_TORCH = {"matmul", "einsum", "bmm", "mm", "mv", "tensordot", "cat", "stack", "flatten"}
+RAW_METHODS = {
+    "view",
+    "reshape",
+    "transpose",
+    "permute",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+}
+RAW_TORCH = {
+    "matmul",
+    "einsum",
+    "bmm",
+    "mm",
+    "mv",
+    "tensordot",
+    "cat",
+    "stack",
+    "flatten",
+}
 RAW_ATTRIBUTES = {"T", "mT"}
-JAXTYPING = re.compile(r"\b(Float|Int|Bool|Shaped|Num|Integer|Real|Inexact|Complex|UInt)\[")
+JAXTYPING = re.compile(
+    r"\b(Float|Int|Bool|Shaped|Num|Integer|Real|Inexact|Complex|UInt)\["
+)
 DIM_KEYWORD_ALLOWED = {("softmax.py", "softmax")}  # the one named-softmax helper
 
 
@@ -58,7 +78,9 @@ def raw_operations(path: Path) -> list[str]:
     found = []
 
     def flag(node: ast.AST, what: str) -> None:
-        span = range(node.lineno, (getattr(node, "end_lineno", None) or node.lineno) + 1)
+        span = range(
+            node.lineno, (getattr(node, "end_lineno", None) or node.lineno) + 1
+        )
         if not any("# allow-raw:" in lines[i - 1] for i in span):
             found.append(f"{path.name}:{node.lineno}: {what}")
 
@@ -67,9 +89,17 @@ def raw_operations(path: Path) -> list[str]:
             flag(node, "@")
         elif isinstance(node, ast.Attribute) and node.attr in RAW_ATTRIBUTES:
             flag(node, f".{node.attr}")
-        elif isinstance(node, ast.Subscript) and id(node) not in annotations and any(
-            isinstance(n, ast.Constant) and n.value is None
-            for n in (node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice])
+        elif (
+            isinstance(node, ast.Subscript)
+            and id(node) not in annotations
+            and any(
+                isinstance(n, ast.Constant) and n.value is None
+                for n in (
+                    node.slice.elts
+                    if isinstance(node.slice, ast.Tuple)
+                    else [node.slice]
+                )
+            )
         ):
             flag(node, "None-indexing")
         elif isinstance(node, ast.Call):
@@ -78,7 +108,10 @@ def raw_operations(path: Path) -> list[str]:
                 flag(node, f".{node.func.attr}()")
             if name in {f"torch.{op}" for op in RAW_TORCH} | {"torch.Tensor.matmul"}:
                 flag(node, f"{name}()")
-            if name.split(".")[-1] in {"Linear", "linear"} and name not in {"Linear", "linear"}:
+            if name.split(".")[-1] in {"Linear", "linear"} and name not in {
+                "Linear",
+                "linear",
+            }:
                 flag(node, f"{name}()")
             if any(k.arg == "dim" for k in node.keywords):
                 if (path.name, functions.get(node.lineno)) not in DIM_KEYWORD_ALLOWED:
@@ -89,7 +122,9 @@ def raw_operations(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_raw_axis_operations(path):
     found = raw_operations(path)
-    assert not found, "raw operations without '# allow-raw: <why>':\n" + "\n".join(found)
+    assert not found, "raw operations without '# allow-raw: <why>':\n" + "\n".join(
+        found
+    )
 
 
 def public_callables(tree: ast.Module):
@@ -104,16 +139,26 @@ def public_callables(tree: ast.Module):
 
 def bare_tensor(annotation: str) -> bool:
     """A ``Tensor`` with no axis names (a callable's signature, ``Callable[[Tensor], ...]``, is fine)."""
-    return "Tensor" in annotation and "Callable" not in annotation and not JAXTYPING.search(annotation)
+    return (
+        "Tensor" in annotation
+        and "Callable" not in annotation
+        and not JAXTYPING.search(annotation)
+    )
 
 
 def annotation_problems(path: Path) -> list[str]:
     tree = ast.parse(path.read_text())
     problems = []
     for name, function in public_callables(tree):
-        arguments = [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]
+        arguments = [
+            *function.args.posonlyargs,
+            *function.args.args,
+            *function.args.kwonlyargs,
+        ]
         arguments = [a for a in arguments if a.arg not in {"self", "cls"}]
-        annotations = [ast.unparse(a.annotation) if a.annotation else "" for a in arguments]
+        annotations = [
+            ast.unparse(a.annotation) if a.annotation else "" for a in arguments
+        ]
         returns = ast.unparse(function.returns) if function.returns else ""
         touches_tensors = any("Tensor" in text for text in [*annotations, returns])
         if name.endswith(".forward") or touches_tensors:
@@ -124,7 +169,9 @@ def annotation_problems(path: Path) -> list[str]:
             if bare_tensor(text):
                 problems.append(f"{path.name}: {name}({argument.arg}) is a bare Tensor")
             if name.endswith(".forward") and not text:
-                problems.append(f"{path.name}: {name}({argument.arg}) has no annotation")
+                problems.append(
+                    f"{path.name}: {name}({argument.arg}) has no annotation"
+                )
         if touches_tensors or name.endswith(".forward"):
             if not returns:
                 problems.append(f"{path.name}: {name} has no return annotation")
@@ -159,8 +206,14 @@ def axis_names(path: Path) -> set[tuple[int, str]]:
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_every_axis_name_is_in_the_vocabulary(path):
-    unknown = sorted(f"{path.name}:{line}: {name}" for line, name in axis_names(path) if name not in AXES)
-    assert not unknown, "axis names missing from named_transformer.axes.AXES:\n" + "\n".join(unknown)
+    unknown = sorted(
+        f"{path.name}:{line}: {name}"
+        for line, name in axis_names(path)
+        if name not in AXES
+    )
+    assert not unknown, (
+        "axis names missing from named_transformer.axes.AXES:\n" + "\n".join(unknown)
+    )
 
 
 def test_the_vocabulary_documents_every_name():

@@ -25,7 +25,9 @@ VOCAB = 13
 
 
 def model_for(kind: str, positions: str, norm_first: bool, seed: int):
-    spec = make_spec("copy", kind, "tiny", vocab=VOCAB, positions=positions, max_distance=3)
+    spec = make_spec(
+        "copy", kind, "tiny", vocab=VOCAB, positions=positions, max_distance=3
+    )
     spec["config"] = {**spec["config"], "norm_first": norm_first, "dropout": 0.0,
                       "encoder_layers": 2, "decoder_layers": 2}  # fmt: skip
     torch.manual_seed(seed)
@@ -42,7 +44,9 @@ def model_for(kind: str, positions: str, norm_first: bool, seed: int):
     prefix=st.integers(1, 4),
     steps=st.integers(1, 4),
 )
-def test_cached_decoding_equals_recomputing_the_prefix(kind, positions, norm_first, seed, batch, prefix, steps):
+def test_cached_decoding_equals_recomputing_the_prefix(
+    kind, positions, norm_first, seed, batch, prefix, steps
+):
     model = model_for(kind, positions, norm_first, seed)
     generator = torch.Generator().manual_seed(seed)
     start = torch.randint(4, VOCAB, (batch, prefix), generator=generator)
@@ -61,7 +65,9 @@ def test_cached_decoding_equals_recomputing_the_prefix(kind, positions, norm_fir
         teacher = model(source, tokens, mask)
     else:
         teacher = model(tokens)
-    torch.testing.assert_close(full.log_probs, teacher[:, prefix - 1 : -1], rtol=0, atol=1e-8)
+    torch.testing.assert_close(
+        full.log_probs, teacher[:, prefix - 1 : -1], rtol=0, atol=1e-8
+    )
 
 
 def test_cache_in_float32_is_within_1e_5():
@@ -75,7 +81,9 @@ def test_cache_in_float32_is_within_1e_5():
     assert (a.log_probs - b.log_probs).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("val", [None, 11])  # 11: values wider than keys, no stacked W_qkv
+@pytest.mark.parametrize(
+    "val", [None, 11]
+)  # 11: values wider than keys, no stacked W_qkv
 def test_long_cached_decoding_grows_its_buffers_and_equals_recomputing(val):
     from named_transformer.models.multihead import MultiHeadAttention
 
@@ -88,14 +96,19 @@ def test_long_cached_decoding_grows_its_buffers_and_equals_recomputing(val):
     with torch.no_grad():  # 3 + 40 positions: the cache's buffers grow past 16 and 32
         cached = greedy(IncrementalDecoder(model), start, 40)
         full = greedy(IncrementalDecoder(model, cache=False), start, 40)
-        beams = [beam_search(IncrementalDecoder(model, cache=c), start, 40, eos=2, width=3) for c in (True, False)]
+        beams = [
+            beam_search(IncrementalDecoder(model, cache=c), start, 40, eos=2, width=3)
+            for c in (True, False)
+        ]
     assert torch.equal(cached.tokens, full.tokens)
     torch.testing.assert_close(cached.log_probs, full.log_probs, rtol=0, atol=1e-8)
     assert torch.equal(beams[0].tokens, beams[1].tokens)
 
 
 def test_decoding_needs_no_no_grad_and_leaves_no_graph():
-    model = model_for("encoder-decoder", "sinusoidal", False, 2).float().train()  # parameters want gradients
+    model = (
+        model_for("encoder-decoder", "sinusoidal", False, 2).float().train()
+    )  # parameters want gradients
     source = torch.randint(4, VOCAB, (2, 5))
     decoder = IncrementalDecoder(model.eval(), source)
     log_probs = decoder(torch.ones(2, 1, dtype=torch.long))  # grad mode is on here
@@ -113,7 +126,9 @@ def test_greedy_stops_at_eos_and_pads_after_it():
     row = stopped.tokens[0].tolist()
     assert row[0] == eos and set(row[1:]) <= {0}
     assert strip_after_eos(stopped.tokens, eos)[0] == []
-    for got, expected in zip(stopped.tokens.tolist(), free.tokens.tolist(), strict=True):
+    for got, expected in zip(
+        stopped.tokens.tolist(), free.tokens.tolist(), strict=True
+    ):
         cut = expected.index(eos) + 1 if eos in expected else len(expected)
         assert got[:cut] == expected[:cut]  # identical up to each row's eos
 
@@ -124,8 +139,12 @@ def test_beam_of_width_one_is_greedy_and_wider_beams_score_no_worse():
     start = torch.ones(3, 1, dtype=torch.long)
     with torch.no_grad():
         plain = greedy(IncrementalDecoder(model, source), start, 4)
-        one = beam_search(IncrementalDecoder(model, source), start, 4, eos=2, width=1, alpha=0.0)
-        wide = beam_search(IncrementalDecoder(model, source), start, 4, eos=2, width=3, alpha=0.0)
+        one = beam_search(
+            IncrementalDecoder(model, source), start, 4, eos=2, width=1, alpha=0.0
+        )
+        wide = beam_search(
+            IncrementalDecoder(model, source), start, 4, eos=2, width=3, alpha=0.0
+        )
 
         def score(tokens):
             lp = model(source, torch.cat([start, tokens[:, :-1]], -1))
@@ -149,10 +168,14 @@ def test_sampling_top_1_is_greedy_and_a_seed_repeats_draws():
 
         def draw(seed):
             g = torch.Generator().manual_seed(seed)
-            return sample(IncrementalDecoder(model), start, 4, temperature=2.0, generator=g).tokens
+            return sample(
+                IncrementalDecoder(model), start, 4, temperature=2.0, generator=g
+            ).tokens
 
         assert torch.equal(draw(5), draw(5))
-    assert torch.equal(top1.tokens, plain.tokens) and torch.equal(cold.tokens, plain.tokens)
+    assert torch.equal(top1.tokens, plain.tokens) and torch.equal(
+        cold.tokens, plain.tokens
+    )
 
 
 def test_top_k_only_draws_among_the_k_most_likely():
@@ -191,7 +214,9 @@ def test_wrong_axis_size_names_the_argument():
 def test_length_penalty_is_gnmt():
     assert length_penalty(1, 0.0) == 1.0
     assert length_penalty(7, 1.0) == pytest.approx(2.0)
-    torch.testing.assert_close(length_penalty(torch.tensor([1.0, 7.0]), 0.5), torch.tensor([1.0, 2.0**0.5]))
+    torch.testing.assert_close(
+        length_penalty(torch.tensor([1.0, 7.0]), 0.5), torch.tensor([1.0, 2.0**0.5])
+    )
 
 
 def test_search_functions_and_no_positions_reject_wrong_sizes():
@@ -202,7 +227,9 @@ def test_search_functions_and_no_positions_reject_wrong_sizes():
         with pytest.raises(TypeCheckError, match="start"):
             sample(IncrementalDecoder(model), torch.ones(2, dtype=torch.long), 2)
         with pytest.raises(TypeCheckError, match="start"):
-            beam_search(IncrementalDecoder(model), torch.ones(2, dtype=torch.long), 2, eos=2)
+            beam_search(
+                IncrementalDecoder(model), torch.ones(2, dtype=torch.long), 2, eos=2
+            )
         with pytest.raises(TypeCheckError, match="inputs"):
             NoPositions()(torch.ones(3))
     inputs = torch.randn(2, 3, 4)

@@ -28,15 +28,20 @@ DOCS = ROOT / "docs"
 PACKAGE = ROOT / "named_transformer"
 SNIPPET = re.compile(r'^\s*-{1,2}8<-{1,2}\s+"(?P<target>[^"]+)"', re.MULTILINE)
 DIRECTIVE = re.compile(r"^\s*:::\s+(?P<target>[\w.]+)", re.MULTILINE)
-FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)```",
-                   re.MULTILINE | re.DOTALL)
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)```",
+    re.MULTILINE | re.DOTALL,
+)
 START = re.compile(r"#\s*-{1,2}8<-{1,2}\s*\[start:(?P<name>[\w-]+)\]")
 END = re.compile(r"#\s*-{1,2}8<-{1,2}\s*\[end:(?P<name>[\w-]+)\]")
 
 
 def pages() -> list[Path]:
-    return sorted(p for p in DOCS.rglob("*.md") if p.relative_to(DOCS).parts[0] not in
-                  {"hooks", "scripts"})
+    return sorted(
+        p
+        for p in DOCS.rglob("*.md")
+        if p.relative_to(DOCS).parts[0] not in {"hooks", "scripts"}
+    )
 
 
 def module_name(path: Path) -> str:
@@ -49,7 +54,9 @@ def defined(path: Path) -> dict[str, tuple[int, int]]:
     tree = ast.parse(path.read_text())
     names: dict[str, tuple[int, int]] = {}
     for node in tree.body:
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        first = min(
+            [node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]
+        )
         span = (first, node.end_lineno or node.lineno)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names[node.name] = span
@@ -107,7 +114,11 @@ def names_in_directive(target: str) -> set[tuple[str, str]]:
             if rest:
                 return {(module, rest[0])}
             public = getattr(__import__(module, fromlist=["*"]), "__all__", None)
-            return {(module, n) for n in defined(path) if (n in public if public else n[0] != "_")}
+            return {
+                (module, n)
+                for n in defined(path)
+                if (n in public if public else n[0] != "_")
+            }
     return set()
 
 
@@ -129,8 +140,10 @@ def home_module(name: str) -> str:
     """The module that defines a public name of the package."""
     obj = getattr(named_transformer, name)
     homes = [
-        module_name(path) for path in PACKAGE.rglob("*.py")
-        if path.name != "__init__.py" and name in defined(path)
+        module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py"
+        and name in defined(path)
         and getattr(__import__(module_name(path), fromlist=["*"]), name, None) is obj
     ]
     assert len(homes) == 1, f"{name}: defined in {homes or 'no module'}"
@@ -169,7 +182,9 @@ def test_snippet_targets_exist() -> None:
             file, _, section = match["target"].partition(":")
             assert (ROOT / file).is_file(), f"{page.name}: {file} does not exist"
             if section and not section.split(":")[0].isdigit():
-                assert section in sections(ROOT / file), f"{page.name}: no section {match['target']}"
+                assert section in sections(ROOT / file), (
+                    f"{page.name}: no section {match['target']}"
+                )
 
 
 def test_every_python_fence_is_executed_or_included() -> None:
@@ -183,11 +198,15 @@ def test_every_python_fence_is_executed_or_included() -> None:
             executed = 'exec="true"' in fence["info"] or "exec=true" in fence["info"]
             included = bool(SNIPPET.fullmatch(fence["body"].strip()))
             if not (executed or included):
-                offenders.append(f"{page.relative_to(DOCS)}: {fence['body'].strip()[:60]!r}")
+                offenders.append(
+                    f"{page.relative_to(DOCS)}: {fence['body'].strip()[:60]!r}"
+                )
     assert not offenders, f"python fences neither executed nor included: {offenders}"
 
 
-def test_an_exception_in_an_executed_block_fails_the_strict_build(tmp_path: Path) -> None:
+def test_an_exception_in_an_executed_block_fails_the_strict_build(
+    tmp_path: Path,
+) -> None:
     """markdown-exec reports an exception as a warning; --strict turns it into a failure."""
     (tmp_path / "docs").mkdir()
     (tmp_path / "mkdocs.yml").write_text(
@@ -196,12 +215,21 @@ def test_an_exception_in_an_executed_block_fails_the_strict_build(tmp_path: Path
     )
     page = tmp_path / "docs" / "index.md"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")]
+    build = [
+        sys.executable,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        str(tmp_path / "site"),
+    ]
 
     def run(body: str) -> subprocess.CompletedProcess[str]:
         page.write_text(f'# probe\n\n```python exec="true"\n{body}\n```\n')
-        return subprocess.run(build, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              check=False)
+        return subprocess.run(
+            build, cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+        )
 
     ok = run("print(6 * 7)")
     assert ok.returncode == 0, ok.stderr

@@ -20,7 +20,11 @@ FIGURE_LINK = re.compile(r"\]\((?:\.\./)*figures/(?P<name>[\w./-]+?)\.(?:png|svg
 
 
 def linked_figures() -> set[str]:
-    return {m["name"] for page in DOCS.rglob("*.md") for m in FIGURE_LINK.finditer(page.read_text())}
+    return {
+        m["name"]
+        for page in DOCS.rglob("*.md")
+        for m in FIGURE_LINK.finditer(page.read_text())
+    }
 
 
 def load_script():

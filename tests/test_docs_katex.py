@@ -19,7 +19,9 @@ def load_hook():
     return module
 
 
-def test_missing_npm_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_npm_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hook = load_hook()
     monkeypatch.setattr(hook.shutil, "which", lambda name: None)
     from mkdocs.exceptions import PluginError
@@ -28,12 +30,16 @@ def test_missing_npm_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
         hook.katex_dist(tmp_path)  # a fresh clone: no .cache/katex yet
 
 
-def test_an_installed_copy_is_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_installed_copy_is_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hook = load_hook()
     dist = tmp_path / ".cache" / "katex" / "node_modules" / "katex" / "dist"
     (dist / "fonts").mkdir(parents=True)
     (dist / "katex.min.js").write_text("/* katex */")
-    monkeypatch.setattr(hook.subprocess, "run", lambda *a, **k: pytest.fail("npm was run again"))
+    monkeypatch.setattr(
+        hook.subprocess, "run", lambda *a, **k: pytest.fail("npm was run again")
+    )
     assert hook.katex_dist(tmp_path) == dist
 
 

@@ -7,10 +7,10 @@ from einops import rearrange
 from torch import nn
 
 import named_transformer as nt
+from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.encoder import Encoder, EncoderLayer
-from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.sublayers import LayerNorm
 from named_transformer.models.transformer import TransformerStacks
@@ -18,7 +18,9 @@ from named_transformer.models.transformer import TransformerStacks
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN, MEMORY = 2, 3, 5, 8, 2, 6, 7
 PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 1) + [True]])
 REAL = ~PADDING
-TINY = TransformerConfig(encoder_layers=2, decoder_layers=1, layer=LAYER, heads=HEADS, hidden=HIDDEN)
+TINY = TransformerConfig(
+    encoder_layers=2, decoder_layers=1, layer=LAYER, heads=HEADS, hidden=HIDDEN
+)
 
 
 def build(kind, norm_first=False, activation="relu"):
@@ -27,7 +29,9 @@ def build(kind, norm_first=False, activation="relu"):
         "attention": lambda: MultiHeadAttention(LAYER, HEADS, memory=MEMORY),
         "encoder_layer": lambda: EncoderLayer(LAYER, HEADS, HIDDEN, **options),
         "decoder_layer": lambda: DecoderLayer(LAYER, HEADS, HIDDEN, **options),
-        "encoder": lambda: Encoder.build(2, LAYER, HEADS, HIDDEN, final_norm=True, **options),
+        "encoder": lambda: Encoder.build(
+            2, LAYER, HEADS, HIDDEN, final_norm=True, **options
+        ),
         "decoder": lambda: Decoder.build(3, LAYER, HEADS, HIDDEN, **options),
         "transformer": lambda: TransformerStacks.build(
             TransformerConfig(**{**TINY.__dict__, **options, "final_norm": True})
@@ -37,11 +41,16 @@ def build(kind, norm_first=False, activation="relu"):
 
 def call_both(kind, ours, theirs, dtype):
     """The same computation through both modules: our masks True = may attend, theirs negated."""
-    source, memory = torch.randn(B, SEQ, LAYER, dtype=dtype), torch.randn(B, SEQ, MEMORY, dtype=dtype)
+    source, memory = (
+        torch.randn(B, SEQ, LAYER, dtype=dtype),
+        torch.randn(B, SEQ, MEMORY, dtype=dtype),
+    )
     target = torch.randn(B, SEQ_Q, LAYER, dtype=dtype)
     causal, keys = nt.causal_mask(SEQ_Q), mask_from_torch(None, PADDING)
     if kind == "attention":
-        return ours(target, memory, keys), theirs(target, memory, memory, key_padding_mask=PADDING)[0]
+        return ours(target, memory, keys), theirs(
+            target, memory, memory, key_padding_mask=PADDING
+        )[0]
     if kind.startswith("encoder"):
         got, want = ours(source, keys), theirs(source, src_key_padding_mask=PADDING)
         return got[REAL], want[REAL]
@@ -50,11 +59,22 @@ def call_both(kind, ours, theirs, dtype):
             target, source, tgt_mask=~causal, memory_key_padding_mask=PADDING
         )
     return ours(source, target, keys, causal, keys), theirs(
-        source, target, tgt_mask=~causal, src_key_padding_mask=PADDING, memory_key_padding_mask=PADDING
+        source,
+        target,
+        tgt_mask=~causal,
+        src_key_padding_mask=PADDING,
+        memory_key_padding_mask=PADDING,
     )
 
 
-KINDS = ["attention", "encoder_layer", "decoder_layer", "encoder", "decoder", "transformer"]
+KINDS = [
+    "attention",
+    "encoder_layer",
+    "decoder_layer",
+    "encoder",
+    "decoder",
+    "transformer",
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -65,10 +85,14 @@ def test_to_torch_computes_the_same_and_converts_back(kind, dtype):
     assert next(theirs.parameters()).dtype == dtype
     assert sum(p.numel() for p in theirs.parameters()) == ours.num_parameters()
     got, want = call_both(kind, ours, theirs, dtype)
-    torch.testing.assert_close(got, want, atol={torch.float32: 1e-5, torch.float64: 1e-10}[dtype], rtol=0)
+    torch.testing.assert_close(
+        got, want, atol={torch.float32: 1e-5, torch.float64: 1e-10}[dtype], rtol=0
+    )
     back = from_torch(theirs)
     assert type(back) is type(ours)
-    for (name, a), (_, b) in zip(ours.state_dict().items(), back.state_dict().items(), strict=True):
+    for (name, a), (_, b) in zip(
+        ours.state_dict().items(), back.state_dict().items(), strict=True
+    ):
         torch.testing.assert_close(a, b, msg=name)
 
 

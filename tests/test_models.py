@@ -8,20 +8,24 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 import named_transformer as nt
+from named_transformer.interop.pytorch import from_torch, mask_from_torch
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import Decoder
 from named_transformer.models.encoder import Encoder
-from named_transformer.interop.pytorch import from_torch, mask_from_torch
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.transformer import Transformer, TransformerStacks
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN = 2, 4, 5, 12, 3, 10
 SOURCE_VOCAB, TARGET_VOCAB, CLASSES = 11, 13, 3
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 2) + [True] * 2])  # PyTorch: True = pad
+PADDING = torch.tensor(
+    [[False] * SEQ, [False] * (SEQ - 2) + [True] * 2]
+)  # PyTorch: True = pad
 REAL = ~PADDING
-TINY = TransformerConfig(encoder_layers=2, decoder_layers=3, layer=LAYER, heads=HEADS, hidden=HIDDEN)
+TINY = TransformerConfig(
+    encoder_layers=2, decoder_layers=3, layer=LAYER, heads=HEADS, hidden=HIDDEN
+)
 
 
 def torch_count(module):
@@ -32,11 +36,19 @@ def torch_count(module):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("num_layers, norm_first, final_norm", [(1, False, False), (3, True, True)])
+@pytest.mark.parametrize(
+    "num_layers, norm_first, final_norm", [(1, False, False), (3, True, True)]
+)
 def test_encoder_stack_equals_torch(dtype, num_layers, norm_first, final_norm):
-    layer = nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN, norm_first=norm_first, batch_first=True)
+    layer = nn.TransformerEncoderLayer(
+        LAYER, HEADS, HIDDEN, norm_first=norm_first, batch_first=True
+    )
     norm = nn.LayerNorm(LAYER) if final_norm else None
-    theirs = nn.TransformerEncoder(layer, num_layers, norm, enable_nested_tensor=True).to(dtype).eval()
+    theirs = (
+        nn.TransformerEncoder(layer, num_layers, norm, enable_nested_tensor=True)
+        .to(dtype)
+        .eval()
+    )
     ours = from_torch(theirs)
     x = torch.randn(B, SEQ, LAYER, dtype=dtype)
     expected = theirs(x, src_key_padding_mask=PADDING)
@@ -49,14 +61,28 @@ def test_encoder_stack_equals_torch(dtype, num_layers, norm_first, final_norm):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("num_layers, norm_first", [(1, True), (2, False)])
 def test_decoder_stack_equals_torch(dtype, num_layers, norm_first):
-    layer = nn.TransformerDecoderLayer(LAYER, HEADS, HIDDEN, norm_first=norm_first, batch_first=True)
-    theirs = nn.TransformerDecoder(layer, num_layers, nn.LayerNorm(LAYER)).to(dtype).eval()
+    layer = nn.TransformerDecoderLayer(
+        LAYER, HEADS, HIDDEN, norm_first=norm_first, batch_first=True
+    )
+    theirs = (
+        nn.TransformerDecoder(layer, num_layers, nn.LayerNorm(LAYER)).to(dtype).eval()
+    )
     ours = from_torch(theirs)
-    target, memory = torch.randn(B, SEQ_Q, LAYER, dtype=dtype), torch.randn(B, SEQ, LAYER, dtype=dtype)
+    target, memory = (
+        torch.randn(B, SEQ_Q, LAYER, dtype=dtype),
+        torch.randn(B, SEQ, LAYER, dtype=dtype),
+    )
     causal = nt.causal_mask(SEQ_Q)
     expected = theirs(target, memory, tgt_mask=~causal, memory_key_padding_mask=PADDING)
-    got, own, cross = ours(target, memory, causal, mask_from_torch(None, PADDING), need_weights=True)
-    assert len(own) == len(cross) == num_layers and cross[-1].shape == (B, HEADS, SEQ_Q, SEQ)
+    got, own, cross = ours(
+        target, memory, causal, mask_from_torch(None, PADDING), need_weights=True
+    )
+    assert len(own) == len(cross) == num_layers and cross[-1].shape == (
+        B,
+        HEADS,
+        SEQ_Q,
+        SEQ,
+    )
     torch.testing.assert_close(got, expected, atol=TOL[dtype], rtol=0)
     assert ours.num_parameters() == torch_count(theirs)
 
@@ -68,7 +94,10 @@ def test_encoder_decoder_equals_nn_transformer(dtype, norm_first, activation):
         LAYER, HEADS, 2, 3, HIDDEN, activation=activation, norm_first=norm_first, batch_first=True
     ).to(dtype).eval()  # fmt: skip
     ours = from_torch(theirs)
-    source, target = torch.randn(B, SEQ, LAYER, dtype=dtype), torch.randn(B, SEQ_Q, LAYER, dtype=dtype)
+    source, target = (
+        torch.randn(B, SEQ, LAYER, dtype=dtype),
+        torch.randn(B, SEQ_Q, LAYER, dtype=dtype),
+    )
     causal, keys = nt.causal_mask(SEQ_Q), mask_from_torch(None, PADDING)
     expected = theirs(
         source, target, tgt_mask=~causal,
@@ -82,13 +111,19 @@ def test_encoder_decoder_equals_nn_transformer(dtype, norm_first, activation):
 
 
 def test_encoder_decoder_gradients_equal_torch_in_float64():
-    theirs = nn.Transformer(LAYER, HEADS, 1, 2, HIDDEN, batch_first=True).double().eval()
+    theirs = (
+        nn.Transformer(LAYER, HEADS, 1, 2, HIDDEN, batch_first=True).double().eval()
+    )
     ours = from_torch(theirs)
     source = torch.randn(B, SEQ, LAYER, dtype=torch.float64, requires_grad=True)
     target = torch.randn(B, SEQ_Q, LAYER, dtype=torch.float64, requires_grad=True)
     causal = nt.causal_mask(SEQ_Q)
-    got = torch.autograd.grad(ours(source, target, target_mask=causal).sum(), [source, target])
-    want = torch.autograd.grad(theirs(source, target, tgt_mask=~causal).sum(), [source, target])
+    got = torch.autograd.grad(
+        ours(source, target, target_mask=causal).sum(), [source, target]
+    )
+    want = torch.autograd.grad(
+        theirs(source, target, tgt_mask=~causal).sum(), [source, target]
+    )
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-10, rtol=0)
 
@@ -118,7 +153,11 @@ def test_base_encoder_decoder_has_the_papers_parameter_count():
     """6+6 layers of 512 with hidden 2048: the count of nn.Transformer()."""
     d, f, n = 512, 2048, 6
     attention, ffn, norm = 4 * d * d + 4 * d, 2 * d * f + f + d, 2 * d
-    formula = n * (attention + ffn + 2 * norm) + n * (2 * attention + ffn + 3 * norm) + 2 * norm
+    formula = (
+        n * (attention + ffn + 2 * norm)
+        + n * (2 * attention + ffn + 3 * norm)
+        + 2 * norm
+    )
     with torch.device("meta"):
         ours = TransformerStacks.build(TransformerConfig(final_norm=True))
         theirs = nn.Transformer()
@@ -130,26 +169,43 @@ def transformer_count(config, source_vocab, target_vocab):
     attention, ffn, norm = 4 * d * d + 4 * d, 2 * d * f + f + d, 2 * d
     encoder = config.encoder_layers * (attention + ffn + 2 * norm)
     decoder = config.decoder_layers * (2 * attention + ffn + 3 * norm)
-    return encoder + decoder + (source_vocab + target_vocab) * d  # generator tied: no extra
+    return (
+        encoder + decoder + (source_vocab + target_vocab) * d
+    )  # generator tied: no extra
 
 
 def test_transformer_log_probabilities_weights_and_parameter_count():
     model = Transformer(SOURCE_VOCAB, TARGET_VOCAB, TINY).eval()
     source = torch.randint(SOURCE_VOCAB, (B, SEQ))
     target = torch.randint(TARGET_VOCAB, (B, SEQ_Q))
-    log_probs, weights = model(source, target, nt.key_padding_mask(torch.tensor([5, 3]), SEQ), need_weights=True)
+    log_probs, weights = model(
+        source,
+        target,
+        nt.key_padding_mask(torch.tensor([5, 3]), SEQ),
+        need_weights=True,
+    )
     assert log_probs.shape == (B, SEQ_Q, TARGET_VOCAB)
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(B, SEQ_Q))
-    assert [len(weights[k]) for k in ("encoder", "decoder_self", "decoder_cross")] == [2, 3, 3]
-    assert (weights["decoder_cross"][0][1, :, :, 3:] == 0).all()  # padding gets no attention
+    assert [len(weights[k]) for k in ("encoder", "decoder_self", "decoder_cross")] == [
+        2,
+        3,
+        3,
+    ]
+    assert (
+        weights["decoder_cross"][0][1, :, :, 3:] == 0
+    ).all()  # padding gets no attention
     assert (weights["decoder_self"][0].triu(1) == 0).all()  # causal by default
     assert model.num_parameters() == transformer_count(TINY, SOURCE_VOCAB, TARGET_VOCAB)
     untied = Transformer(SOURCE_VOCAB, TARGET_VOCAB, TINY, tie_output=False)
-    assert untied.num_parameters() == model.num_parameters() + TARGET_VOCAB * (LAYER + 1)
+    assert untied.num_parameters() == model.num_parameters() + TARGET_VOCAB * (
+        LAYER + 1
+    )
 
 
 def test_language_model_is_tied_causal_and_counted():
-    config = TransformerConfig(decoder_layers=2, layer=LAYER, heads=HEADS, hidden=HIDDEN)
+    config = TransformerConfig(
+        decoder_layers=2, layer=LAYER, heads=HEADS, hidden=HIDDEN
+    )
     model = LanguageModel(SOURCE_VOCAB, config).eval()
     assert model.generator.table is model.embedding.table
     d, f = LAYER, HIDDEN
@@ -168,12 +224,16 @@ def test_language_model_is_tied_causal_and_counted():
 
 
 def test_classifier_ignores_padding_and_returns_a_tensor():
-    model = TransformerClassifier(SOURCE_VOCAB, CLASSES, layer=LAYER, heads=HEADS, hidden=HIDDEN).eval()
+    model = TransformerClassifier(
+        SOURCE_VOCAB, CLASSES, layer=LAYER, heads=HEADS, hidden=HIDDEN
+    ).eval()
     tokens = torch.randint(1, SOURCE_VOCAB, (B, SEQ))
     mask = nt.padding_mask(torch.tensor([5, 3]), SEQ)
     logits = model(tokens, mask)
     assert isinstance(logits, torch.Tensor) and logits.shape == (B, CLASSES)
-    longer = torch.cat([tokens, torch.randint(SOURCE_VOCAB, (B, 2))], 1)  # more padding, any ids
+    longer = torch.cat(
+        [tokens, torch.randint(SOURCE_VOCAB, (B, 2))], 1
+    )  # more padding, any ids
     longer_mask = nt.padding_mask(torch.tensor([5, 3]), SEQ + 2)
     torch.testing.assert_close(model(longer, longer_mask), logits, atol=1e-5, rtol=0)
     d, f = LAYER, HIDDEN
@@ -190,7 +250,9 @@ def test_classifier_ignores_padding_and_returns_a_tensor():
 @given(st.permutations(range(SEQ)), st.booleans())
 def test_encoder_without_positions_is_permutation_equivariant(order, norm_first):
     torch.manual_seed(1)
-    encoder = Encoder.build(2, LAYER, HEADS, HIDDEN, norm_first=norm_first, dropout=0.0).double()
+    encoder = Encoder.build(
+        2, LAYER, HEADS, HIDDEN, norm_first=norm_first, dropout=0.0
+    ).double()
     x = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
     order = torch.tensor(order)
     torch.testing.assert_close(encoder(x[:, order]), encoder(x)[:, order])
@@ -223,11 +285,22 @@ def test_models_reject_wrong_axis_sizes():
     checks = [
         (lambda: enc(wide), "w_q"),
         (lambda: dec(torch.randn(B, SEQ_Q, LAYER), wide), "w_k"),
-        (lambda: stacks(torch.randn(B, SEQ, LAYER), torch.randn(B, SEQ_Q, LAYER + 1)), "target"),
-        (lambda: model(tokens, tokens, torch.ones(B, 1, SEQ + 1, dtype=torch.bool)), "source_mask"),
+        (
+            lambda: stacks(
+                torch.randn(B, SEQ, LAYER), torch.randn(B, SEQ_Q, LAYER + 1)
+            ),
+            "target",
+        ),
+        (
+            lambda: model(tokens, tokens, torch.ones(B, 1, SEQ + 1, dtype=torch.bool)),
+            "source_mask",
+        ),
         (lambda: model(tokens.float(), tokens), "source"),
         (lambda: LanguageModel(SOURCE_VOCAB, TINY)(tokens[0, 0]), "tokens"),
-        (lambda: TransformerClassifier(SOURCE_VOCAB, CLASSES)(tokens, REAL[:, :-1]), "mask"),
+        (
+            lambda: TransformerClassifier(SOURCE_VOCAB, CLASSES)(tokens, REAL[:, :-1]),
+            "mask",
+        ),
         (lambda: masked_max(wide, REAL[:1, :-1]), "mask"),
     ]
     for call, argument in checks:
@@ -236,7 +309,9 @@ def test_models_reject_wrong_axis_sizes():
 
 
 def test_checks_off_the_language_model_compiles_with_fullgraph():
-    config = TransformerConfig(decoder_layers=1, layer=LAYER, heads=HEADS, hidden=HIDDEN, dropout=0.0)
+    config = TransformerConfig(
+        decoder_layers=1, layer=LAYER, heads=HEADS, hidden=HIDDEN, dropout=0.0
+    )
     model = LanguageModel(SOURCE_VOCAB, config).eval()
     tokens = torch.randint(SOURCE_VOCAB, (B, SEQ))
     with nt.shape_checks(False):
@@ -245,14 +320,18 @@ def test_checks_off_the_language_model_compiles_with_fullgraph():
 
 
 def test_torch_fast_path_zeroes_padded_positions_so_only_real_ones_are_compared():
-    layer = nn.TransformerEncoderLayer(LAYER, 2, HIDDEN, batch_first=True)  # even heads: fast path
+    layer = nn.TransformerEncoderLayer(
+        LAYER, 2, HIDDEN, batch_first=True
+    )  # even heads: fast path
     theirs = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
     ours = from_torch(theirs)
     x = torch.randn(B, SEQ, LAYER)
     with torch.no_grad():
         expected = theirs(x, src_key_padding_mask=PADDING)
         got = ours(x, mask_from_torch(None, PADDING))
-    assert (expected[PADDING] == 0).all()  # PyTorch's nested-tensor path drops padded positions
+    assert (
+        expected[PADDING] == 0
+    ).all()  # PyTorch's nested-tensor path drops padded positions
     assert (got[PADDING] != 0).any()  # ours computes them (attending the real tokens)
     torch.testing.assert_close(got[REAL], expected[REAL], atol=1e-5, rtol=0)
 
@@ -261,15 +340,27 @@ def test_fused_attention_config_gives_the_same_transformer_and_gradients():
     from dataclasses import replace
 
     named = Transformer(SOURCE_VOCAB, TARGET_VOCAB, replace(TINY, dropout=0.0)).double()
-    fused = Transformer(SOURCE_VOCAB, TARGET_VOCAB, replace(TINY, dropout=0.0, fused_attention=True)).double()
+    fused = Transformer(
+        SOURCE_VOCAB, TARGET_VOCAB, replace(TINY, dropout=0.0, fused_attention=True)
+    ).double()
     fused.load_state_dict(named.state_dict())
     assert all(m.fused for m in fused.modules() if isinstance(m, nt.MultiHeadAttention))
-    source, target = torch.randint(SOURCE_VOCAB, (B, SEQ)), torch.randint(TARGET_VOCAB, (B, SEQ_Q))
+    source, target = (
+        torch.randint(SOURCE_VOCAB, (B, SEQ)),
+        torch.randint(TARGET_VOCAB, (B, SEQ_Q)),
+    )
     source_mask = nt.key_padding_mask(REAL.sum(-1), SEQ)
-    results = [m(source, target, source_mask, nt.causal_mask(SEQ_Q)) for m in (named, fused)]
+    results = [
+        m(source, target, source_mask, nt.causal_mask(SEQ_Q)) for m in (named, fused)
+    ]
     torch.testing.assert_close(results[1], results[0], atol=1e-12, rtol=0)
-    grads = [torch.autograd.grad(r.sum(), list(m.parameters())) for r, m in zip(results, (named, fused), strict=True)]
+    grads = [
+        torch.autograd.grad(r.sum(), list(m.parameters()))
+        for r, m in zip(results, (named, fused), strict=True)
+    ]
     for ours, reference in zip(grads[1], grads[0], strict=True):
         torch.testing.assert_close(ours, reference, atol=1e-12, rtol=0)
-    _, weights = fused(source, target, source_mask, nt.causal_mask(SEQ_Q), need_weights=True)  # named path
+    _, weights = fused(
+        source, target, source_mask, nt.causal_mask(SEQ_Q), need_weights=True
+    )  # named path
     assert len(weights["decoder_cross"]) == TINY.decoder_layers

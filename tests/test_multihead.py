@@ -23,13 +23,19 @@ from named_transformer.models.multihead import (
 # distinct sizes: batch 2, seq_q 3, seq 5, layer 12, heads 3 (key 4), memory 7
 B, SEQ_Q, SEQ, LAYER, HEADS, MEMORY = 2, 3, 5, 12, 3, 7
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 2) + [True] * 2])  # PyTorch: True = pad
+PADDING = torch.tensor(
+    [[False] * SEQ, [False] * (SEQ - 2) + [True] * 2]
+)  # PyTorch: True = pad
 
 
 def torch_pair(dtype, memory=LAYER, **options):
-    theirs = nn.MultiheadAttention(
-        LAYER, HEADS, kdim=memory, vdim=memory, batch_first=True, **options
-    ).to(dtype).eval()
+    theirs = (
+        nn.MultiheadAttention(
+            LAYER, HEADS, kdim=memory, vdim=memory, batch_first=True, **options
+        )
+        .to(dtype)
+        .eval()
+    )
     return theirs, from_torch(theirs)
 
 
@@ -49,10 +55,16 @@ def test_equals_torch_multihead_attention(dtype, case):
     c = CASES[case]
     theirs, ours = torch_pair(dtype, c["memory"])
     inputs = torch.randn(B, c["seq_q"], LAYER, dtype=dtype)
-    memory = inputs if c["seq_q"] == SEQ and c["memory"] == LAYER else torch.randn(
-        B, SEQ, c["memory"], dtype=dtype
+    memory = (
+        inputs
+        if c["seq_q"] == SEQ and c["memory"] == LAYER
+        else torch.randn(B, SEQ, c["memory"], dtype=dtype)
     )
-    causal = nt.causal_mask(c["seq_q"], SEQ, offset=SEQ - c["seq_q"]) if c["causal"] else None
+    causal = (
+        nt.causal_mask(c["seq_q"], SEQ, offset=SEQ - c["seq_q"])
+        if c["causal"]
+        else None
+    )
     padding = PADDING if c["padding"] else None
     expected, expected_weights = theirs(
         inputs, memory, memory, key_padding_mask=padding,
@@ -60,7 +72,12 @@ def test_equals_torch_multihead_attention(dtype, case):
     )  # fmt: skip
     outputs, weights = ours(inputs, memory, mask_from_torch(
         None if causal is None else ~causal, padding), need_weights=True)  # fmt: skip
-    assert outputs.shape == (B, c["seq_q"], LAYER) and weights.shape == (B, HEADS, c["seq_q"], SEQ)
+    assert outputs.shape == (B, c["seq_q"], LAYER) and weights.shape == (
+        B,
+        HEADS,
+        c["seq_q"],
+        SEQ,
+    )
     torch.testing.assert_close(outputs, expected, atol=TOL[dtype], rtol=0)
     torch.testing.assert_close(weights, expected_weights, atol=TOL[dtype], rtol=0)
 
@@ -70,11 +87,19 @@ def test_gradients_equal_torch_in_float64():
     inputs = torch.randn(B, SEQ_Q, LAYER, dtype=torch.float64, requires_grad=True)
     memory = torch.randn(B, SEQ, MEMORY, dtype=torch.float64, requires_grad=True)
     mine = ours(inputs, memory, mask_from_torch(None, PADDING))
-    grads = torch.autograd.grad(mine.square().sum(), [inputs, memory, ours.w_q, ours.w_k, ours.w_o])
+    grads = torch.autograd.grad(
+        mine.square().sum(), [inputs, memory, ours.w_q, ours.w_k, ours.w_o]
+    )
     reference, _ = theirs(inputs, memory, memory, key_padding_mask=PADDING)
     expected = torch.autograd.grad(
         reference.square().sum(),
-        [inputs, memory, theirs.q_proj_weight, theirs.k_proj_weight, theirs.out_proj.weight],
+        [
+            inputs,
+            memory,
+            theirs.q_proj_weight,
+            theirs.k_proj_weight,
+            theirs.out_proj.weight,
+        ],
     )
     as_named = [
         expected[0],
@@ -125,18 +150,27 @@ def test_equals_a_loop_over_heads_narrow_and_wide(wide):
         for b in (m.b_q, m.b_k, m.b_v, m.b_o):
             b.normal_()
     assert m.key == (LAYER if wide else LAYER // HEADS)
-    inputs, memory = torch.randn(B, SEQ_Q, LAYER).double(), torch.randn(B, SEQ, MEMORY).double()
+    inputs, memory = (
+        torch.randn(B, SEQ_Q, LAYER).double(),
+        torch.randn(B, SEQ, MEMORY).double(),
+    )
     mask = nt.causal_mask(SEQ_Q, SEQ, offset=2)
-    torch.testing.assert_close(m(inputs, memory, mask), reference_loop(inputs, memory, m, mask))
+    torch.testing.assert_close(
+        m(inputs, memory, mask), reference_loop(inputs, memory, m, mask)
+    )
 
 
 def test_parameter_counts():
     narrow = MultiHeadAttention(LAYER, HEADS)
     assert narrow.num_parameters() == 4 * LAYER**2 + 4 * LAYER
-    assert narrow.num_parameters() == sum(p.numel() for p in nn.MultiheadAttention(LAYER, HEADS).parameters())
+    assert narrow.num_parameters() == sum(
+        p.numel() for p in nn.MultiheadAttention(LAYER, HEADS).parameters()
+    )
     assert MultiHeadAttention(LAYER, HEADS, bias=False).num_parameters() == 4 * LAYER**2
     wide = MultiHeadAttention(LAYER, HEADS, wide=True, bias=False)
-    assert wide.num_parameters() == 4 * HEADS * LAYER**2  # W in R^{d x hd}: h times more
+    assert (
+        wide.num_parameters() == 4 * HEADS * LAYER**2
+    )  # W in R^{d x hd}: h times more
     cross = MultiHeadAttention(LAYER, HEADS, memory=MEMORY)
     theirs = nn.MultiheadAttention(LAYER, HEADS, kdim=MEMORY, vdim=MEMORY)
     assert cross.num_parameters() == 2 * LAYER**2 + 2 * LAYER * MEMORY + 4 * LAYER
@@ -172,7 +206,9 @@ def test_self_attention_through_stacked_w_qkv_equals_the_general_equation():
     general = multihead_attention(x, x, *weights)
     for got, want in zip(stacked, general, strict=True):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
-    torch.testing.assert_close(m(x, mask=mask), general[0], atol=1e-12, rtol=0)  # module path
+    torch.testing.assert_close(
+        m(x, mask=mask), general[0], atol=1e-12, rtol=0
+    )  # module path
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -182,8 +218,16 @@ def test_fused_option_equals_the_named_equations_and_their_gradients(case):
     fused = MultiHeadAttention(LAYER, HEADS, memory=c["memory"], fused=True).double()
     fused.load_state_dict(named.state_dict())
     inputs = torch.randn(B, c["seq_q"], LAYER, dtype=torch.float64, requires_grad=True)
-    memory = None if c["seq_q"] == SEQ and c["memory"] == LAYER else torch.randn(B, SEQ, c["memory"], dtype=torch.float64)
-    mask = nt.causal_mask(c["seq_q"], SEQ, offset=SEQ - c["seq_q"]) if c["causal"] else None
+    memory = (
+        None
+        if c["seq_q"] == SEQ and c["memory"] == LAYER
+        else torch.randn(B, SEQ, c["memory"], dtype=torch.float64)
+    )
+    mask = (
+        nt.causal_mask(c["seq_q"], SEQ, offset=SEQ - c["seq_q"])
+        if c["causal"]
+        else None
+    )
     if c["padding"]:
         mask = mask_from_torch(None if mask is None else ~mask, PADDING)
         mask[0, 0] = False  # and one query that may attend nothing: zeros in both
@@ -225,7 +269,9 @@ def test_fully_masked_query_gives_zeros_where_torch_gives_nan():
     expected, _ = theirs(inputs, inputs, inputs, attn_mask=blocked)
     outputs = ours(inputs, mask=mask_from_torch(blocked))
     assert expected[:, 0].isnan().all()
-    torch.testing.assert_close(outputs[:, 0], ours.b_o.expand(B, LAYER))  # zeros, then b^O
+    torch.testing.assert_close(
+        outputs[:, 0], ours.b_o.expand(B, LAYER)
+    )  # zeros, then b^O
     torch.testing.assert_close(outputs[:, 1:], expected[:, 1:], atol=1e-10, rtol=0)
 
 
@@ -233,7 +279,9 @@ def test_to_torch_round_trip_and_batch_second():
     ours = MultiHeadAttention(LAYER, HEADS, memory=MEMORY).eval()
     theirs = to_torch(ours, batch_first=False)
     inputs, memory = torch.randn(B, SEQ_Q, LAYER), torch.randn(B, SEQ, MEMORY)
-    as_seq_first = [rearrange(x, "batch seq layer -> seq batch layer") for x in (inputs, memory)]
+    as_seq_first = [
+        rearrange(x, "batch seq layer -> seq batch layer") for x in (inputs, memory)
+    ]
     expected, _ = theirs(as_seq_first[0], as_seq_first[1], as_seq_first[1])
     expected = rearrange(expected, "seq batch layer -> batch seq layer")
     torch.testing.assert_close(ours(inputs, memory), expected, atol=1e-5, rtol=0)
@@ -247,7 +295,9 @@ def test_attention_dropout_only_while_training():
     out1, weights = m(inputs, need_weights=True)
     out2 = m(inputs)
     assert not torch.allclose(out1, out2)  # dropout is random while training
-    torch.testing.assert_close(weights.sum(-1), torch.ones(B, HEADS, SEQ))  # returned before dropout
+    torch.testing.assert_close(
+        weights.sum(-1), torch.ones(B, HEADS, SEQ)
+    )  # returned before dropout
     m.eval()
     torch.testing.assert_close(m(inputs), m(inputs))
 
@@ -271,7 +321,9 @@ BAD = {
         "w_k",
     ),
     "mask length": (
-        lambda m: m(torch.randn(B, SEQ, LAYER), mask=torch.ones(B, 1, SEQ + 1, dtype=torch.bool)),
+        lambda m: m(
+            torch.randn(B, SEQ, LAYER), mask=torch.ones(B, 1, SEQ + 1, dtype=torch.bool)
+        ),
         "mask",
     ),
 }
@@ -294,7 +346,9 @@ def test_functions_reject_wrong_axis_sizes():
     with pytest.raises(TypeCheckError, match="w_o"):
         attend_heads(q, kv, kv, torch.randn(HEADS + 1, 4, LAYER))
     with pytest.raises(TypeCheckError, match="w_v"):
-        multihead_attention(x, x, w, w, torch.randn(HEADS, LAYER + 1, 4), torch.randn(HEADS, 4, LAYER))
+        multihead_attention(
+            x, x, w, w, torch.randn(HEADS, LAYER + 1, 4), torch.randn(HEADS, 4, LAYER)
+        )
     with pytest.raises(TypeCheckError, match="w_o"):
         multihead_self_attention(x, w, w, w, torch.randn(HEADS, 5, LAYER))
     with pytest.raises(TypeCheckError, match="w_qkv"):
@@ -310,8 +364,14 @@ def test_merge_heads_is_concatenate_then_linear_and_names_a_wrong_size():
 
     from named_transformer import merge_heads
 
-    heads_out, w_o, b_o = torch.randn(2, 3, 5, 4), torch.randn(3, 4, 6), torch.randn(6)  # batch heads seq_q val
-    concatenated = heads_out.permute(0, 2, 1, 3).reshape(2, 5, 12)  # seeds 01/04: [head_1; ...; head_h]
+    heads_out, w_o, b_o = (
+        torch.randn(2, 3, 5, 4),
+        torch.randn(3, 4, 6),
+        torch.randn(6),
+    )  # batch heads seq_q val
+    concatenated = heads_out.permute(0, 2, 1, 3).reshape(
+        2, 5, 12
+    )  # seeds 01/04: [head_1; ...; head_h]
     expected = concatenated @ w_o.reshape(12, 6) + b_o
     torch.testing.assert_close(merge_heads(heads_out, w_o, b_o), expected)
     with pytest.raises(TypeCheckError, match="parameter 'w_o'"):

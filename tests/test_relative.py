@@ -53,7 +53,8 @@ def model(**options):
 
 
 @pytest.mark.parametrize(
-    "seq_q, offset, causal", [(SEQ, 0, False), (SEQ, 0, True), (SEQ_Q, SEQ - SEQ_Q, True), (SEQ_Q, 1, False)]
+    "seq_q, offset, causal",
+    [(SEQ, 0, False), (SEQ, 0, True), (SEQ_Q, SEQ - SEQ_Q, True), (SEQ_Q, 1, False)],
 )
 def test_equals_shaw_loop(seq_q, offset, causal):
     m = model()
@@ -61,27 +62,38 @@ def test_equals_shaw_loop(seq_q, offset, causal):
     inputs = memory[:, offset : offset + seq_q]
     mask = nt.causal_mask(seq_q, SEQ, offset=offset) if causal else None
     got = m(inputs, memory, mask, offset=offset)
-    torch.testing.assert_close(got, shaw_loop(inputs, memory, m, offset, mask), atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        got, shaw_loop(inputs, memory, m, offset, mask), atol=1e-10, rtol=0
+    )
 
 
 def test_cross_attention_with_a_wider_memory():
     m = model(memory=5)
-    inputs, memory = torch.randn(B, SEQ_Q, LAYER).double(), torch.randn(B, SEQ, 5).double()
-    torch.testing.assert_close(m(inputs, memory), shaw_loop(inputs, memory, m), atol=1e-10, rtol=0)
+    inputs, memory = (
+        torch.randn(B, SEQ_Q, LAYER).double(),
+        torch.randn(B, SEQ, 5).double(),
+    )
+    torch.testing.assert_close(
+        m(inputs, memory), shaw_loop(inputs, memory, m), atol=1e-10, rtol=0
+    )
 
 
 def test_cached_step_equals_the_last_row_of_the_full_pass():
     m = model()
     inputs = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
     full = m(inputs, mask=nt.causal_mask(SEQ))
-    last = m(inputs[:, -1:], inputs, offset=SEQ - 1)  # one new query over all keys so far
+    last = m(
+        inputs[:, -1:], inputs, offset=SEQ - 1
+    )  # one new query over all keys so far
     torch.testing.assert_close(last, full[:, -1:], atol=1e-10, rtol=0)
 
 
 def test_extra_parameters_are_two_tables():
     m = RelativeMultiHeadAttention(LAYER, HEADS, K)
     plain = MultiHeadAttention(LAYER, HEADS)
-    assert m.num_parameters() == plain.num_parameters() + 2 * (2 * K + 1) * (LAYER // HEADS)
+    assert m.num_parameters() == plain.num_parameters() + 2 * (2 * K + 1) * (
+        LAYER // HEADS
+    )
     assert m.a_k.shape == m.a_v.shape == (2 * K + 1, LAYER // HEADS)
 
 
@@ -120,4 +132,6 @@ def test_bad_configuration_and_wrong_sizes():
     with pytest.raises(TypeCheckError, match="a_k"):
         relative_attention_weights(q, k, torch.randn(2 * K + 1, 5), index)
     with pytest.raises(TypeCheckError, match="index"):
-        relative_attend(torch.randn(B, SEQ_Q, SEQ), k, torch.randn(2 * K + 1, 4), index[:, :-1])
+        relative_attend(
+            torch.randn(B, SEQ_Q, SEQ), k, torch.randn(2 * K + 1, 4), index[:, :-1]
+        )

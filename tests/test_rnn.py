@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 from jaxtyping import TypeCheckError
 
 import named_transformer as nt
-from named_transformer.models.rnn import ElmanCell, GRUCell, LSTMCell, elman_cell, gru_cell, lstm_cell
+from named_transformer.models.rnn import (
+    ElmanCell,
+    GRUCell,
+    LSTMCell,
+    elman_cell,
+    gru_cell,
+    lstm_cell,
+)
 
 # distinct sizes for every axis: batch 2, input 5, hidden 7
 BATCH, INPUT, HIDDEN = 2, 5, 7
@@ -27,8 +34,12 @@ def copy_gated(torch_cell, ours):
     """Split PyTorch's stacked (gates*hidden) rows into our named gates axis."""
     h = torch_cell.hidden_size
     with torch.no_grad():
-        ours.w_input.copy_(rearrange(torch_cell.weight_ih, "(gates h) i -> gates h i", h=h))
-        ours.w_hidden.copy_(rearrange(torch_cell.weight_hh, "(gates h) k -> gates h k", h=h))
+        ours.w_input.copy_(
+            rearrange(torch_cell.weight_ih, "(gates h) i -> gates h i", h=h)
+        )
+        ours.w_hidden.copy_(
+            rearrange(torch_cell.weight_hh, "(gates h) k -> gates h k", h=h)
+        )
         ours.b_input.copy_(rearrange(torch_cell.bias_ih, "(gates h) -> gates h", h=h))
         ours.b_hidden.copy_(rearrange(torch_cell.bias_hh, "(gates h) -> gates h", h=h))
     return ours
@@ -57,7 +68,11 @@ def test_lstm_equals_torch_lstm_cell(batch, seed):
     torch.manual_seed(seed)
     reference = torch.nn.LSTMCell(INPUT, HIDDEN)
     ours = copy_gated(reference, LSTMCell(INPUT, HIDDEN))
-    x, h, c = torch.randn(batch, INPUT), torch.randn(batch, HIDDEN), torch.randn(batch, HIDDEN)
+    x, h, c = (
+        torch.randn(batch, INPUT),
+        torch.randn(batch, HIDDEN),
+        torch.randn(batch, HIDDEN),
+    )
     h_ref, c_ref = reference(x, (h, c))
     h_ours, c_ours = ours(x, h, c)
     torch.testing.assert_close(h_ours, h_ref)
@@ -78,21 +93,38 @@ def _double(*shape):
 
 
 def test_gradcheck_elman():
-    args = (_double(BATCH, INPUT), _double(BATCH, HIDDEN), _double(HIDDEN, INPUT),
-            _double(HIDDEN, HIDDEN), _double(HIDDEN))
+    args = (
+        _double(BATCH, INPUT),
+        _double(BATCH, HIDDEN),
+        _double(HIDDEN, INPUT),
+        _double(HIDDEN, HIDDEN),
+        _double(HIDDEN),
+    )
     assert torch.autograd.gradcheck(elman_cell, args)
 
 
 def test_gradcheck_gru():
-    args = (_double(BATCH, INPUT), _double(BATCH, HIDDEN), _double(3, HIDDEN, INPUT),
-            _double(3, HIDDEN, HIDDEN), _double(3, HIDDEN), _double(3, HIDDEN))
+    args = (
+        _double(BATCH, INPUT),
+        _double(BATCH, HIDDEN),
+        _double(3, HIDDEN, INPUT),
+        _double(3, HIDDEN, HIDDEN),
+        _double(3, HIDDEN),
+        _double(3, HIDDEN),
+    )
     assert torch.autograd.gradcheck(gru_cell, args)
 
 
 def test_gradcheck_lstm():
-    args = (_double(BATCH, INPUT), _double(BATCH, HIDDEN), _double(BATCH, HIDDEN),
-            _double(4, HIDDEN, INPUT), _double(4, HIDDEN, HIDDEN),
-            _double(4, HIDDEN), _double(4, HIDDEN))
+    args = (
+        _double(BATCH, INPUT),
+        _double(BATCH, HIDDEN),
+        _double(BATCH, HIDDEN),
+        _double(4, HIDDEN, INPUT),
+        _double(4, HIDDEN, HIDDEN),
+        _double(4, HIDDEN),
+        _double(4, HIDDEN),
+    )
     assert torch.autograd.gradcheck(lambda *a: lstm_cell(*a), args)
 
 
@@ -110,7 +142,9 @@ def test_wrong_input_size_in_functional_names_the_argument(fn):
     gates = {elman_cell: (), gru_cell: (3,), lstm_cell: (4,)}[fn]
     x, h = torch.randn(BATCH, INPUT + 1), torch.randn(BATCH, HIDDEN)
     weights = [torch.randn(*gates, HIDDEN, INPUT), torch.randn(*gates, HIDDEN, HIDDEN)]
-    biases = [torch.randn(HIDDEN)] if fn is elman_cell else [torch.randn(*gates, HIDDEN)] * 2
+    biases = (
+        [torch.randn(HIDDEN)] if fn is elman_cell else [torch.randn(*gates, HIDDEN)] * 2
+    )
     states = [h, h] if fn is lstm_cell else [h]
     with pytest.raises(TypeCheckError, match="inputs"):
         fn(x, *states, *weights, *biases)
@@ -119,8 +153,14 @@ def test_wrong_input_size_in_functional_names_the_argument(fn):
 def test_gru_with_four_gates_is_a_clear_error():
     x, h = torch.randn(BATCH, INPUT), torch.randn(BATCH, HIDDEN)
     with pytest.raises(ValueError, match="3 stacked gates"):
-        gru_cell(x, h, torch.randn(4, HIDDEN, INPUT), torch.randn(4, HIDDEN, HIDDEN),
-                 torch.randn(4, HIDDEN), torch.randn(4, HIDDEN))
+        gru_cell(
+            x,
+            h,
+            torch.randn(4, HIDDEN, INPUT),
+            torch.randn(4, HIDDEN, HIDDEN),
+            torch.randn(4, HIDDEN),
+            torch.randn(4, HIDDEN),
+        )
 
 
 def test_bad_sizes_are_a_clear_error():
@@ -130,9 +170,15 @@ def test_bad_sizes_are_a_clear_error():
 
 def test_meta_device_and_dtype_follow_inputs():
     cell = GRUCell(INPUT, HIDDEN).to(device="meta", dtype=torch.float64)
-    out = cell(torch.empty(BATCH, INPUT, device="meta", dtype=torch.float64),
-               torch.empty(BATCH, HIDDEN, device="meta", dtype=torch.float64))
-    assert out.device.type == "meta" and out.dtype == torch.float64 and out.shape == (BATCH, HIDDEN)
+    out = cell(
+        torch.empty(BATCH, INPUT, device="meta", dtype=torch.float64),
+        torch.empty(BATCH, HIDDEN, device="meta", dtype=torch.float64),
+    )
+    assert (
+        out.device.type == "meta"
+        and out.dtype == torch.float64
+        and out.shape == (BATCH, HIDDEN)
+    )
 
 
 def test_checks_off_still_computes():

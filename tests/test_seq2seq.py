@@ -35,7 +35,9 @@ def batch_of(lengths, seq=None, seed=0):
     return tokens.masked_fill(torch.arange(seq) >= lengths[:, None], 0), lengths
 
 
-@given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=4), extra=st.integers(0, 3))
+@given(
+    lengths=st.lists(st.integers(1, 7), min_size=1, max_size=4), extra=st.integers(0, 3)
+)
 def test_bidirectional_encoder_equals_each_sequence_unpadded(lengths, extra):
     torch.manual_seed(0)
     encoder = BidirectionalEncoder(VOCAB, LAYER, HIDDEN)
@@ -63,13 +65,24 @@ def test_bidirectional_encoder_equals_torch_bidirectional_gru_packed():
     torch.manual_seed(1)
     encoder = BidirectionalEncoder(VOCAB, LAYER, HIDDEN)
     reference = torch.nn.GRU(LAYER, HIDDEN, bidirectional=True, batch_first=True)
-    _copy_gru(encoder.forward_cell, reference.weight_ih_l0, reference.weight_hh_l0,
-              reference.bias_ih_l0, reference.bias_hh_l0)
-    _copy_gru(encoder.backward_cell, reference.weight_ih_l0_reverse, reference.weight_hh_l0_reverse,
-              reference.bias_ih_l0_reverse, reference.bias_hh_l0_reverse)
+    _copy_gru(
+        encoder.forward_cell,
+        reference.weight_ih_l0,
+        reference.weight_hh_l0,
+        reference.bias_ih_l0,
+        reference.bias_hh_l0,
+    )
+    _copy_gru(
+        encoder.backward_cell,
+        reference.weight_ih_l0_reverse,
+        reference.weight_hh_l0_reverse,
+        reference.bias_ih_l0_reverse,
+        reference.bias_hh_l0_reverse,
+    )
     tokens, lengths = batch_of([6, 2, 4], seq=8)
-    packed = pack_padded_sequence(encoder.embedding[tokens], lengths, batch_first=True,
-                                  enforce_sorted=False)
+    packed = pack_padded_sequence(
+        encoder.embedding[tokens], lengths, batch_first=True, enforce_sorted=False
+    )
     out, final = reference(packed)
     expected, _ = pad_packed_sequence(out, batch_first=True, total_length=8)
     annotations, backward_first = encoder(tokens, lengths)
@@ -89,8 +102,10 @@ def test_source_reversal_reads_the_reversed_source():
     plain = RNNEncoderDecoder(VOCAB, LAYER, HIDDEN)
     plain.load_state_dict(reversed_model.state_dict())
     tokens, lengths = batch_of([5, 3, 1], seq=6)
-    torch.testing.assert_close(reversed_model.encode(tokens, lengths),
-                               plain.encode(reverse_padded(tokens, lengths), lengths))
+    torch.testing.assert_close(
+        reversed_model.encode(tokens, lengths),
+        plain.encode(reverse_padded(tokens, lengths), lengths),
+    )
 
 
 def test_baseline_context_is_the_last_real_state():
@@ -99,15 +114,18 @@ def test_baseline_context_is_the_last_real_state():
     tokens, lengths = batch_of([5, 2], seq=7)
     context = model.encode(tokens, lengths)
     for b, n in enumerate(lengths.tolist()):
-        torch.testing.assert_close(context[b], model.encode(tokens[b : b + 1, :n], lengths[b : b + 1])[0])
+        torch.testing.assert_close(
+            context[b], model.encode(tokens[b : b + 1, :n], lengths[b : b + 1])[0]
+        )
 
 
 @pytest.mark.parametrize("score", ["additive", "dot", "general", "concat"])
 def test_alignments_are_distributions_over_real_positions(score):
     torch.manual_seed(4)
     decoder_hidden = 2 * HIDDEN if score == "dot" else DEC
-    model = BahdanauSeq2Seq(VOCAB, LAYER, HIDDEN, decoder_hidden=decoder_hidden, score=score,
-                            attention=ATT)
+    model = BahdanauSeq2Seq(
+        VOCAB, LAYER, HIDDEN, decoder_hidden=decoder_hidden, score=score, attention=ATT
+    )
     tokens, lengths = batch_of([5, 2, 3], seq=6)
     targets = torch.randint(3, VOCAB, (3, 4))
     logits, alignments = model(tokens, lengths, targets)
@@ -133,13 +151,19 @@ def test_bahdanau_attention_is_the_additive_score_softmaxed():
     torch.manual_seed(6)
     state, annotations = torch.randn(2, DEC), torch.randn(2, 5, 2 * HIDDEN)
     mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
-    w_q, w_k, w_s = torch.randn(ATT, DEC), torch.randn(ATT, 2 * HIDDEN), torch.randn(ATT)
+    w_q, w_k, w_s = (
+        torch.randn(ATT, DEC),
+        torch.randn(ATT, 2 * HIDDEN),
+        torch.randn(ATT),
+    )
 
     def score(q, k):
         return additive_score(q, k, w_q, w_k, w_s)
 
     context, weights = bahdanau_attention(state, annotations, mask, score)
-    raw = torch.tanh((state @ w_q.T)[:, None, :] + annotations @ w_k.T) @ w_s  # plain torch
+    raw = (
+        torch.tanh((state @ w_q.T)[:, None, :] + annotations @ w_k.T) @ w_s
+    )  # plain torch
     expected = torch.softmax(raw.masked_fill(~mask, -torch.inf), -1)
     torch.testing.assert_close(weights, expected)
     torch.testing.assert_close(context, (expected[..., None] * annotations).sum(1))
@@ -147,7 +171,9 @@ def test_bahdanau_attention_is_the_additive_score_softmaxed():
 
 def test_teacher_forcing_ratio_zero_equals_greedy_decoding():
     torch.manual_seed(7)
-    model = BahdanauSeq2Seq(VOCAB, LAYER, HIDDEN, decoder_hidden=DEC, attention=ATT, eos=-1)
+    model = BahdanauSeq2Seq(
+        VOCAB, LAYER, HIDDEN, decoder_hidden=DEC, attention=ATT, eos=-1
+    )
     tokens, lengths = batch_of([4, 3], seq=5)
     targets = torch.randint(3, VOCAB, (2, 6))
     logits, alignments = model(tokens, lengths, targets, teacher_forcing=0.0)
@@ -191,13 +217,16 @@ def test_tiny_model_learns_to_copy():
     model = BahdanauSeq2Seq(VOCAB, 8, 16, attention=8)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     tokens, lengths = batch_of([3, 3, 3, 3], seq=3, seed=11)
-    nt.shape_checks(False)  # the autouse fixture turns them back on; every call above is checked
+    nt.shape_checks(
+        False
+    )  # the autouse fixture turns them back on; every call above is checked
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
     for _ in range(40):
         logits, _ = model(tokens, lengths, tokens)
-        loss = torch.nn.functional.cross_entropy(rearrange(logits, "b s v -> (b s) v"),
-                                                 rearrange(tokens, "b s -> (b s)"))
+        loss = torch.nn.functional.cross_entropy(
+            rearrange(logits, "b s v -> (b s) v"), rearrange(tokens, "b s -> (b s)")
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -216,20 +245,37 @@ def test_gradcheck_functional_pieces():
     mask = torch.tensor([[True, True, False], [True, False, False]])
 
     def run(inputs, initial):
-        states, final = recurrence(inputs, mask, initial, lambda x, h: elman_cell(x, h, w_i, w_h, b),
-                                   reverse=True)
+        states, final = recurrence(
+            inputs,
+            mask,
+            initial,
+            lambda x, h: elman_cell(x, h, w_i, w_h, b),
+            reverse=True,
+        )
         return states, final
 
     assert torch.autograd.gradcheck(run, (_double(2, 3, 4), _double(2, 3)))
-    assert torch.autograd.gradcheck(bidirectional_annotations, (_double(2, 3, 4), _double(2, 3, 4)))
+    assert torch.autograd.gradcheck(
+        bidirectional_annotations, (_double(2, 3, 4), _double(2, 3, 4))
+    )
     w_q, w_k, w_s = _double(4, 5), _double(4, 6), _double(4)
     assert torch.autograd.gradcheck(
-        lambda s, h: bahdanau_attention(s, h, mask, lambda q, k: additive_score(q, k, w_q, w_k, w_s)),
+        lambda s, h: bahdanau_attention(
+            s, h, mask, lambda q, k: additive_score(q, k, w_q, w_k, w_s)
+        ),
         (_double(2, 5), _double(2, 3, 6)),
     )
     assert torch.autograd.gradcheck(
-        readout, (_double(2, 5), _double(2, 6), _double(2, 3), _double(7, 5), _double(7, 6),
-                  _double(7, 3), _double(7))
+        readout,
+        (
+            _double(2, 5),
+            _double(2, 6),
+            _double(2, 3),
+            _double(7, 5),
+            _double(7, 6),
+            _double(7, 3),
+            _double(7),
+        ),
     )
 
 
@@ -240,12 +286,23 @@ def test_wrong_sizes_name_the_argument():
     with pytest.raises(TypeCheckError, match="backward_states"):
         bidirectional_annotations(torch.randn(2, 3, 4), torch.randn(2, 3, 5))
     with pytest.raises(TypeCheckError, match="lengths"):
-        reverse_padded(torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, dtype=torch.long))
+        reverse_padded(
+            torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, dtype=torch.long)
+        )
     with pytest.raises(TypeCheckError, match="mask"):
-        bahdanau_attention(torch.randn(2, 5), torch.randn(2, 3, 6), mask[:, :2], lambda q, k: q)
+        bahdanau_attention(
+            torch.randn(2, 5), torch.randn(2, 3, 6), mask[:, :2], lambda q, k: q
+        )
     with pytest.raises(TypeCheckError, match="w_context"):
-        readout(torch.randn(2, 5), torch.randn(2, 6), torch.randn(2, 3), torch.randn(7, 5),
-                torch.randn(7, 4), torch.randn(7, 3), torch.randn(7))
+        readout(
+            torch.randn(2, 5),
+            torch.randn(2, 6),
+            torch.randn(2, 3),
+            torch.randn(7, 5),
+            torch.randn(7, 4),
+            torch.randn(7, 3),
+            torch.randn(7),
+        )
 
 
 def test_modules_reject_wrong_sizes():
@@ -255,8 +312,13 @@ def test_modules_reject_wrong_sizes():
         encoder(tokens, lengths[:1])
     decoder = AttentionDecoder(VOCAB, LAYER, DEC, 2 * HIDDEN, HIDDEN, attention=ATT)
     with pytest.raises(TypeCheckError, match="mask"):
-        decoder(torch.randn(2, 3, 2 * HIDDEN), torch.ones(2, 4, dtype=torch.bool),
-                torch.randn(2, HIDDEN), torch.zeros(2, 2, dtype=torch.long), 1)
+        decoder(
+            torch.randn(2, 3, 2 * HIDDEN),
+            torch.ones(2, 4, dtype=torch.bool),
+            torch.randn(2, HIDDEN),
+            torch.zeros(2, 2, dtype=torch.long),
+            1,
+        )
     model = RNNEncoderDecoder(VOCAB, LAYER, HIDDEN)
     with pytest.raises(TypeCheckError, match="lengths"):
         model(tokens, lengths[:1], tokens)
@@ -277,7 +339,12 @@ def test_experiment_script_quick_mode(tmp_path):
     import json
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "docs" / "scripts" / "bahdanau_experiment.py"
+    script = (
+        Path(__file__).resolve().parents[1]
+        / "docs"
+        / "scripts"
+        / "bahdanau_experiment.py"
+    )
     spec = importlib.util.spec_from_file_location("bahdanau_experiment", script)
     experiment = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(experiment)

@@ -30,7 +30,12 @@ CASES = {
     "softmax": (nt.softmax, [r(B, SEQ), MASK], [r(B, SEQ), BAD_MASK], "mask"),
     "hardmax": (nt.hardmax, [r(B, SEQ), MASK], [r(B, SEQ), BAD_MASK], "mask"),
     "dot_score": (nt.dot_score, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
-    "scaled_dot_score": (nt.scaled_dot_score, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
+    "scaled_dot_score": (
+        nt.scaled_dot_score,
+        [QUERIES, KEYS],
+        [QUERIES, BAD_KEYS],
+        "keys",
+    ),
     "cosine_score": (nt.cosine_score, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
     "general_score": (
         nt.general_score,
@@ -38,24 +43,54 @@ CASES = {
         [r(B, SEQ_Q, KEY_Q), KEYS, r(KEY_Q, KEY + 1)],
         "weight",
     ),
-    "additive_score": (nt.additive_score, ADDITIVE, [*ADDITIVE[:4], r(HIDDEN + 1)], "w_score"),
+    "additive_score": (
+        nt.additive_score,
+        ADDITIVE,
+        [*ADDITIVE[:4], r(HIDDEN + 1)],
+        "w_score",
+    ),
     "location_score": (
         nt.location_score,
         [r(B, SEQ_Q, HIDDEN), r(SEQ, HIDDEN)],
         [r(B, SEQ_Q, HIDDEN), r(SEQ, HIDDEN + 1)],
         "weight",
     ),
-    "attention_weights": (nt.attention_weights, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
-    "attend": (nt.attend, [r(B, SEQ_Q, SEQ), VALUES], [r(B, SEQ_Q, SEQ), BAD_VALUES], "values"),
-    "attention": (nt.attention, [QUERIES, KEYS, VALUES], [QUERIES, KEYS, BAD_VALUES], "values"),
-    "fused_attention": (nt.fused_attention, [QUERIES, KEYS, VALUES], [QUERIES, KEYS, BAD_VALUES], "values"),
+    "attention_weights": (
+        nt.attention_weights,
+        [QUERIES, KEYS],
+        [QUERIES, BAD_KEYS],
+        "keys",
+    ),
+    "attend": (
+        nt.attend,
+        [r(B, SEQ_Q, SEQ), VALUES],
+        [r(B, SEQ_Q, SEQ), BAD_VALUES],
+        "values",
+    ),
+    "attention": (
+        nt.attention,
+        [QUERIES, KEYS, VALUES],
+        [QUERIES, KEYS, BAD_VALUES],
+        "values",
+    ),
+    "fused_attention": (
+        nt.fused_attention,
+        [QUERIES, KEYS, VALUES],
+        [QUERIES, KEYS, BAD_VALUES],
+        "values",
+    ),
     "attention_from_scores": (
         nt.attention_from_scores,
         [r(B, SEQ_Q, SEQ), VALUES],
         [r(B, SEQ_Q, SEQ), BAD_VALUES],
         "values",
     ),
-    "basic_self_attention": (nt.basic_self_attention, [r(B, SEQ, LAYER)], [r(LAYER)], "inputs"),
+    "basic_self_attention": (
+        nt.basic_self_attention,
+        [r(B, SEQ, LAYER)],
+        [r(LAYER)],
+        "inputs",
+    ),
     "standardize": (nt.standardize, [r(B, SEQ, LAYER)], [torch.tensor(1.0)], "inputs"),
     "layer_norm": (
         nt.layer_norm,
@@ -64,16 +99,36 @@ CASES = {
         "gamma",
     ),
     "feed_forward": (nt.feed_forward, FFN, [*FFN[:4], r(LAYER + 1)], "b2"),
-    "relu": (nt.relu, [r(B, SEQ, HIDDEN)], [torch.ones(B, SEQ, HIDDEN, dtype=torch.long)], "inputs"),
-    "attention_pooling": (nt.attention_pooling, POOL, [POOL[0], r(HIDDEN, LAYER + 1), *POOL[2:]], "w_hidden"),
+    "relu": (
+        nt.relu,
+        [r(B, SEQ, HIDDEN)],
+        [torch.ones(B, SEQ, HIDDEN, dtype=torch.long)],
+        "inputs",
+    ),
+    "attention_pooling": (
+        nt.attention_pooling,
+        POOL,
+        [POOL[0], r(HIDDEN, LAYER + 1), *POOL[2:]],
+        "w_hidden",
+    ),
     "attention_pooling_weights": (
         nt.attention_pooling_weights,
         POOL,
         [*POOL[:3], r(HIDDEN + 1)],
         "w_score",
     ),
-    "dropout": (nt.dropout, [r(B, SEQ), 0.1, True], [torch.ones(B, SEQ, dtype=torch.long), 0.1, True], "inputs"),
-    "padding_mask": (nt.padding_mask, [torch.tensor([1, 2]), 4], [torch.tensor([1.0, 2.0]), 4], "lengths"),
+    "dropout": (
+        nt.dropout,
+        [r(B, SEQ), 0.1, True],
+        [torch.ones(B, SEQ, dtype=torch.long), 0.1, True],
+        "inputs",
+    ),
+    "padding_mask": (
+        nt.padding_mask,
+        [torch.tensor([1, 2]), 4],
+        [torch.tensor([1.0, 2.0]), 4],
+        "lengths",
+    ),
     "key_padding_mask": (
         nt.key_padding_mask,
         [torch.tensor([1, 2]), 4],
@@ -111,6 +166,10 @@ def test_every_public_function_of_the_core_has_a_case():
     for module in pkgutil.iter_modules(named_transformer.core.__path__):
         name = f"named_transformer.core.{module.name}"
         public |= set(importlib.import_module(name).__all__)
-    takes_sizes = {"causal_mask", "sinusoidal_positions", "relative_position_index"}  # no tensors
+    takes_sizes = {
+        "causal_mask",
+        "sinusoidal_positions",
+        "relative_position_index",
+    }  # no tensors
     missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"

@@ -88,15 +88,23 @@ def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     given = os.environ.get("NT_SITE_DIR")
     if given:
         site = Path(given)
-        assert (site / "index.html").is_file(), f"NT_SITE_DIR={given} holds no built site"
+        assert (site / "index.html").is_file(), (
+            f"NT_SITE_DIR={given} holds no built site"
+        )
         return site
     site = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, (
+        f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    )
     return site
 
 
@@ -120,8 +128,12 @@ def server(site_dir: Path) -> Iterator[str]:
 def browser_context() -> Iterator[object]:
     """One Chromium and one browser context for the session; each test opens its own page."""
     if not CHROMIUM.is_file():
-        pytest.skip("Debian chromium is not installed at /usr/bin/chromium (.ci/run installs it)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (test extra) missing")
+        pytest.skip(
+            "Debian chromium is not installed at /usr/bin/chromium (.ci/run installs it)"
+        )
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright (test extra) missing"
+    )
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
@@ -137,7 +149,9 @@ def test_every_built_page_is_tested(site_dir: Path) -> None:
         "" if p.parent == site_dir else p.parent.relative_to(site_dir).as_posix() + "/"
         for p in site_dir.rglob("index.html")
     }
-    assert built == set(PAGES), f"built pages and docs/*.md differ: {built ^ set(PAGES)}"
+    assert built == set(PAGES), (
+        f"built pages and docs/*.md differ: {built ^ set(PAGES)}"
+    )
 
 
 class _Anchors(HTMLParser):
@@ -168,21 +182,31 @@ def test_internal_links_and_anchors_resolve(site_dir: Path) -> None:
     for page in sorted(site_dir.rglob("index.html")):
         for link in parse(page).links:
             target = urlparse(link)
-            if target.scheme or target.netloc or link.startswith(("mailto:", "javascript:")):
+            if (
+                target.scheme
+                or target.netloc
+                or link.startswith(("mailto:", "javascript:"))
+            ):
                 continue
-            file = (page.parent / unquote(target.path)).resolve() if target.path else page
+            file = (
+                (page.parent / unquote(target.path)).resolve() if target.path else page
+            )
             if file.is_dir():
                 file = file / "index.html"
             if not file.is_file():
                 broken.append(f"{page.relative_to(site_dir)}: {link} (no such page)")
             elif target.fragment and file.suffix == ".html":
                 if unquote(target.fragment) not in parse(file).ids:
-                    broken.append(f"{page.relative_to(site_dir)}: {link} (no such anchor)")
+                    broken.append(
+                        f"{page.relative_to(site_dir)}: {link} (no such anchor)"
+                    )
     assert not broken, "broken links:\n" + "\n".join(broken[:30])
 
 
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
-def test_page_renders_offline(path: str, server: str, browser_context, site_dir: Path) -> None:
+def test_page_renders_offline(
+    path: str, server: str, browser_context, site_dir: Path
+) -> None:
     external: list[str] = []
     errors: list[str] = []
 
@@ -200,13 +224,19 @@ def test_page_renders_offline(path: str, server: str, browser_context, site_dir:
     page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
     try:
         response = page.goto(server + path, wait_until="load")
-        assert response is not None and response.ok, f"{path}: HTTP {response and response.status}"
+        assert response is not None and response.ok, (
+            f"{path}: HTTP {response and response.status}"
+        )
         html = (site_dir / path / "index.html").read_text()
         has_math = 'class="arithmatex"' in html
         if has_math:
-            page.wait_for_function("document.documentElement.dataset.mathRendered === 'true'",
-                                   timeout=10_000)
-        page.wait_for_load_state("networkidle")  # requests made after load are recorded too
+            page.wait_for_function(
+                "document.documentElement.dataset.mathRendered === 'true'",
+                timeout=10_000,
+            )
+        page.wait_for_load_state(
+            "networkidle"
+        )  # requests made after load are recorded too
         report = page.evaluate(
             """() => {
               const article = document.querySelector("article");
@@ -230,15 +260,23 @@ def test_page_renders_offline(path: str, server: str, browser_context, site_dir:
     assert not errors, f"{path}: console errors: {errors}"
     assert not report["katexErrors"], f"{path}: KaTeX errors: {report['katexErrors']}"
     if has_math:
-        assert report["katex"] > 0 and report["unrendered"] == 0, f"{path}: math not rendered"
+        assert report["katex"] > 0 and report["unrendered"] == 0, (
+            f"{path}: math not rendered"
+        )
     raw = [token for token in RAW_TEX if token in report["text"]]
-    context_of = {t: report["text"][max(0, report["text"].find(t) - 60):][:120] for t in raw}
+    context_of = {
+        t: report["text"][max(0, report["text"].find(t) - 60) :][:120] for t in raw
+    }
     assert not raw, f"{path}: raw TeX in the page text: {context_of}"
-    if path.startswith(CONCEPT_DIRS) and path not in CONCEPT_DIRS:  # a section index is not
+    if (
+        path.startswith(CONCEPT_DIRS) and path not in CONCEPT_DIRS
+    ):  # a section index is not
         source = package_lines()
         included = [
-            block for block in report["code"]
+            block
+            for block in report["code"]
             if any(line.strip() in source for line in block.splitlines())
         ]
-        assert included, f"{path}: a concept page shows no code included from named_transformer/"
-
+        assert included, (
+            f"{path}: a concept page shows no code included from named_transformer/"
+        )

@@ -13,7 +13,9 @@ def test_softmax_equals_torch_softmax_over_last_axis():
 @given(beta=st.floats(0.01, 10.0))
 def test_inverse_temperature_scales_the_scores(beta):
     scores = torch.randn(4, 6, dtype=torch.float64)
-    torch.testing.assert_close(nt.softmax(scores, beta=beta), torch.softmax(beta * scores, -1))
+    torch.testing.assert_close(
+        nt.softmax(scores, beta=beta), torch.softmax(beta * scores, -1)
+    )
 
 
 def test_weights_sum_to_one_and_masked_positions_get_zero():
@@ -58,7 +60,10 @@ def test_hardmax_is_one_hot_at_the_argmax(seed):
 
 def test_hardmax_is_the_large_beta_limit_of_softmax():
     scores = torch.randn(5, 8, dtype=torch.float64)
-    errors = [(nt.softmax(scores, beta=b) - nt.hardmax(scores)).abs().max() for b in (1, 10, 1e3)]
+    errors = [
+        (nt.softmax(scores, beta=b) - nt.hardmax(scores)).abs().max()
+        for b in (1, 10, 1e3)
+    ]
     assert errors[0] > errors[1] > errors[2]
     assert errors[2] < 1e-6
 
@@ -66,4 +71,6 @@ def test_hardmax_is_the_large_beta_limit_of_softmax():
 def test_hardmax_respects_the_mask_and_empty_rows():
     scores = torch.tensor([[5.0, 1.0, 2.0], [1.0, 2.0, 3.0]])
     mask = torch.tensor([[False, True, True], [False, False, False]])
-    torch.testing.assert_close(nt.hardmax(scores, mask), torch.tensor([[0.0, 0, 1], [0, 0, 0]]))
+    torch.testing.assert_close(
+        nt.hardmax(scores, mask), torch.tensor([[0.0, 0, 1], [0, 0, 0]])
+    )

@@ -42,7 +42,11 @@ DIGIT_TASKS = ["copy", "reverse", "sort", "histogram"]
 
 
 def _key(name: str, example: Example) -> str:
-    return "".join(example.target) if name == "dates" else "".join(t for t in example.source if t != START)
+    return (
+        "".join(example.target)
+        if name == "dates"
+        else "".join(t for t in example.source if t != START)
+    )
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -69,7 +73,9 @@ def test_held_out_is_disjoint_distinct_and_large(name):
 @given(min_len=st.integers(1, 30), extra=st.integers(0, 15), seed=st.integers(0, 10**6))
 def test_digit_tasks_are_right(name, min_len, extra, seed):
     max_len = min_len + extra
-    for source, target in make_task(name, 20, seed=seed, min_len=min_len, max_len=max_len):
+    for source, target in make_task(
+        name, 20, seed=seed, min_len=min_len, max_len=max_len
+    ):
         if name == "histogram":  # a fixed token to attend to first: counts need it
             assert source[0] == START
             source = source[1:]
@@ -87,7 +93,9 @@ def test_digit_tasks_are_right(name, min_len, extra, seed):
 
 def test_long_lengths_for_length_generalisation():
     long = make_task("reverse", 100, seed=0, split="test", min_len=21, max_len=40)
-    assert {len(s) for s, _ in long} <= set(range(21, 41)) and max(len(s) for s, _ in long) > 35
+    assert {len(s) for s, _ in long} <= set(range(21, 41)) and max(
+        len(s) for s, _ in long
+    ) > 35
 
 
 def test_dates_are_human_formats_of_the_iso_target():
@@ -106,7 +114,9 @@ def test_dates_are_human_formats_of_the_iso_target():
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_task_vocabulary_covers_the_task(name):
     vocabulary = task_vocabulary(name)
-    for example in make_task(name, 300, seed=2) + make_task(name, 300, seed=2, split="test"):
+    for example in make_task(name, 300, seed=2) + make_task(
+        name, 300, seed=2, split="test"
+    ):
         ids = vocabulary.encode(example.source + example.target)
         assert Vocabulary.unk not in ids
     if name in ("copy", "reverse", "sort"):
@@ -127,7 +137,12 @@ def test_bad_configuration_is_rejected():
 def test_vocabulary_round_trip_and_specials():
     vocabulary = Vocabulary.build([list("abca"), list("cb")])
     assert vocabulary.itos[:4] == list(SPECIALS)
-    assert (vocabulary.pad, vocabulary.bos, vocabulary.eos, vocabulary.unk) == (0, 1, 2, 3)
+    assert (vocabulary.pad, vocabulary.bos, vocabulary.eos, vocabulary.unk) == (
+        0,
+        1,
+        2,
+        3,
+    )
     assert vocabulary.itos[4:] == ["a", "b", "c"]  # most frequent first, ties by name
     ids = vocabulary.encode("abz", bos=True, eos=True)
     assert ids == [1, 4, 5, 3, 2]
@@ -158,7 +173,10 @@ def test_collate_pads_and_builds_masks():
     assert batch.source.tolist() == [enc("123"), enc("4") + [0, 0]]
     assert batch.target_in.tolist() == [[1, *enc("321")], [1, *enc("4"), 0, 0]]
     assert batch.target_out.tolist() == [[*enc("321"), 2], [*enc("4"), 2, 0, 0]]
-    assert batch.source_lengths.tolist() == [3, 1] and batch.target_lengths.tolist() == [4, 2]
+    assert batch.source_lengths.tolist() == [
+        3,
+        1,
+    ] and batch.target_lengths.tolist() == [4, 2]
     assert torch.equal(batch.source_mask, key_padding_mask(batch.source_lengths, 3))
     assert batch.source_mask.shape == (2, 1, 3)
     expected = causal_mask(4) & key_padding_mask(batch.target_lengths, 4)
@@ -172,10 +190,15 @@ def test_collate_pads_and_builds_masks():
 
 def test_collate_lm_learns_only_the_answer():
     vocabulary = task_vocabulary("reverse")
-    batch = collate_lm([Example(tuple("12"), tuple("21")), Example(tuple("3"), tuple("3"))], vocabulary)
+    batch = collate_lm(
+        [Example(tuple("12"), tuple("21")), Example(tuple("3"), tuple("3"))], vocabulary
+    )
     e = vocabulary.encode
     # rows: 1 2 <bos> 2 1 <eos>  and  3 <bos> 3 <eos>
-    assert batch.inputs.tolist() == [[*e("12"), 1, *e("21")], [*e("3"), 1, *e("3"), 0, 0]]
+    assert batch.inputs.tolist() == [
+        [*e("12"), 1, *e("21")],
+        [*e("3"), 1, *e("3"), 0, 0],
+    ]
     assert batch.outputs.tolist() == [[0, 0, *e("21"), 2], [0, *e("3"), 2, 0, 0]]
     assert batch.lengths.tolist() == [5, 3] and batch.prompt_lengths.tolist() == [3, 2]
     assert batch.target_tokens == int((batch.outputs != 0).sum()) == 5
@@ -201,12 +224,16 @@ def test_synthetic_reviews_have_negation_intensifiers_and_consistent_labels():
     reviews = make_task("sentiment", 2000, seed=0)
     labels = Counter(target for _, target in reviews)
     assert 0.45 < labels[("positive",)] / 2000 < 0.55
-    assert any("not" in s for s, _ in reviews) and any(set(s) & set(INTENSIFIERS) for s, _ in reviews)
+    assert any("not" in s for s, _ in reviews) and any(
+        set(s) & set(INTENSIFIERS) for s, _ in reviews
+    )
     for source, (label,) in reviews:
         assert _rule_label(source) == label
     # negators are as frequent in positive as in negative reviews
     negated = Counter(t for s, t in reviews if set(s) & set(NEGATORS))
-    assert abs(negated[("positive",)] - negated[("negative",)]) < 0.1 * sum(negated.values())
+    assert abs(negated[("positive",)] - negated[("negative",)]) < 0.1 * sum(
+        negated.values()
+    )
 
 
 def test_negation_contrast_pairs_differ_by_one_negator():
@@ -218,8 +245,13 @@ def test_negation_contrast_pairs_differ_by_one_negator():
         assert _rule_label(plain.source) == plain.target[0]
         assert _rule_label(negated.source) == negated.target[0]
         extra = Counter(negated.source) - Counter(plain.source)
-        assert len(negated.source) == len(plain.source) + 1 and set(extra) <= set(NEGATORS)
-        assert " ".join(plain.source) not in train and " ".join(negated.source) not in train
+        assert len(negated.source) == len(plain.source) + 1 and set(extra) <= set(
+            NEGATORS
+        )
+        assert (
+            " ".join(plain.source) not in train
+            and " ".join(negated.source) not in train
+        )
 
 
 def test_imdb_loader_reads_the_standard_layout(tmp_path):
@@ -260,8 +292,12 @@ def test_bag_of_words_is_the_mean_embedding_and_rejects_wrong_sizes():
     model = BagOfWords(vocab=11, classes=2, layer=5)
     tokens = torch.tensor([[4, 5, 6, 0], [7, 7, 0, 0]])
     mask = tokens != 0
-    expected = torch.stack([model.table[[4, 5, 6]].mean(0), model.table[[7, 7]].mean(0)])
-    torch.testing.assert_close(model(tokens, mask), expected @ model.w_out.T + model.b_out)
+    expected = torch.stack(
+        [model.table[[4, 5, 6]].mean(0), model.table[[7, 7]].mean(0)]
+    )
+    torch.testing.assert_close(
+        model(tokens, mask), expected @ model.w_out.T + model.b_out
+    )
     # word order is invisible to it
     shuffled = torch.tensor([[6, 4, 5, 0], [7, 7, 0, 0]])
     torch.testing.assert_close(model(shuffled, mask), model(tokens, mask))

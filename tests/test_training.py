@@ -17,7 +17,12 @@ from torch import nn
 
 from named_transformer import shape_checks
 from named_transformer.workflows.tasks import collate_lm, make_task, task_vocabulary
-from named_transformer.workflows.training import TrainConfig, Trainer, noam_rate, smoothed_cross_entropy
+from named_transformer.workflows.training import (
+    TrainConfig,
+    Trainer,
+    noam_rate,
+    smoothed_cross_entropy,
+)
 
 VOCAB = task_vocabulary("reverse")
 
@@ -25,7 +30,9 @@ VOCAB = task_vocabulary("reverse")
 class TinyLM(nn.Module):
     """Embedding, one position-wise MLP with dropout, and output logits: enough to train."""
 
-    def __init__(self, vocab: int = len(VOCAB), layer: int = 8, dropout: float = 0.2) -> None:
+    def __init__(
+        self, vocab: int = len(VOCAB), layer: int = 8, dropout: float = 0.2
+    ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab, layer)
         self.positions = nn.Embedding(64, layer)
@@ -51,10 +58,14 @@ def collate(examples):
 
 def make_trainer(directory=None, dropout=0.2, evaluate=None, **overrides):
     torch.manual_seed(0)
-    settings = dict(steps=12, batch_size=8, layer=8, warmup=4, progress=False, log_every=1)
+    settings = dict(
+        steps=12, batch_size=8, layer=8, warmup=4, progress=False, log_every=1
+    )
     config = TrainConfig(**{**settings, **overrides})
     model = TinyLM(dropout=dropout)
-    return Trainer(model, DATA, collate, lm_loss, config, evaluate, directory, {"kind": "tiny"})
+    return Trainer(
+        model, DATA, collate, lm_loss, config, evaluate, directory, {"kind": "tiny"}
+    )
 
 
 def weights(model):
@@ -64,8 +75,12 @@ def weights(model):
 def test_noam_rate_warms_up_then_decays():
     rates = [noam_rate(s, layer=16, warmup=10) for s in range(1, 40)]
     assert max(rates) == rates[9] == pytest.approx(16**-0.5 * 10**-0.5)
-    assert rates[:10] == sorted(rates[:10]) and rates[9:] == sorted(rates[9:], reverse=True)
-    assert noam_rate(4, 16, 10, factor=2.0) == pytest.approx(2 * 16**-0.5 * 4 * 10**-1.5)
+    assert rates[:10] == sorted(rates[:10]) and rates[9:] == sorted(
+        rates[9:], reverse=True
+    )
+    assert noam_rate(4, 16, 10, factor=2.0) == pytest.approx(
+        2 * 16**-0.5 * 4 * 10**-1.5
+    )
     with pytest.raises(ValueError, match="step"):
         noam_rate(0, 16, 10)
 
@@ -88,13 +103,17 @@ def test_smoothed_cross_entropy_is_the_paper_formula():
 
 def test_smoothed_cross_entropy_rejects_wrong_axis_size():
     with shape_checks(True), pytest.raises(TypeCheckError, match="targets"):
-        smoothed_cross_entropy(torch.randn(3, 5, 7), torch.zeros(3, 4, dtype=torch.long), 0)
+        smoothed_cross_entropy(
+            torch.randn(3, 5, 7), torch.zeros(3, 4, dtype=torch.long), 0
+        )
 
 
 def test_training_reduces_the_loss_and_is_deterministic():
     first = make_trainer(steps=60, dropout=0.0, warmup=10, factor=4.0)
     history = first.fit()
-    assert history[-1].loss < 0.95 * history[0].loss  # a position-wise toy: little to learn
+    assert (
+        history[-1].loss < 0.95 * history[0].loss
+    )  # a position-wise toy: little to learn
     assert history[-1].step == 60 and history[0].tokens_per_second > 0
     second = make_trainer(steps=60, dropout=0.0, warmup=10, factor=4.0)
     second.fit()
@@ -152,11 +171,20 @@ torch.save(trainer.model.state_dict(), {out!r} + f"/rank{{trainer.rank}}.pt")
 def test_two_process_ddp_equals_one_process_on_the_same_global_batch(tmp_path):
     script = tmp_path / "ddp_train.py"
     tests = str(Path(__file__).parent)
-    script.write_text(textwrap.dedent(DDP_SCRIPT.format(tests=tests, out=str(tmp_path))))
+    script.write_text(
+        textwrap.dedent(DDP_SCRIPT.format(tests=tests, out=str(tmp_path)))
+    )
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
-    command += ["--master_port=0", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", str(script)]
-    result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    command += [
+        "--master_port=0",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=localhost:0",
+        str(script),
+    ]
+    result = subprocess.run(
+        command, env=environment, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     rank0 = torch.load(tmp_path / "rank0.pt")
     rank1 = torch.load(tmp_path / "rank1.pt")
@@ -175,8 +203,12 @@ def test_training_stops_early_when_asked(tmp_path):
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 3
 
 
-@pytest.mark.parametrize(("target", "patience", "stopped_at"), [(0.0, 1, 2), (0.0, 3, 6), (1.01, 2, 8)])
-def test_train_task_stops_after_patience_evaluations_at_the_target(target, patience, stopped_at):
+@pytest.mark.parametrize(
+    ("target", "patience", "stopped_at"), [(0.0, 1, 2), (0.0, 3, 6), (1.01, 2, 8)]
+)
+def test_train_task_stops_after_patience_evaluations_at_the_target(
+    target, patience, stopped_at
+):
     from named_transformer.workflows.runner import train_task
 
     run = train_task(
@@ -197,10 +229,14 @@ def test_a_checkpoint_written_by_version_0_1_0_still_loads_and_computes_the_same
     from named_transformer.workflows.tasks import Example, collate
 
     run = load_run(CHECKPOINT_0_1_0)
-    then = torch.load(CHECKPOINT_0_1_0.with_name("copy-tiny-0.1.0-outputs.pt"), weights_only=True)
+    then = torch.load(
+        CHECKPOINT_0_1_0.with_name("copy-tiny-0.1.0-outputs.pt"), weights_only=True
+    )
     examples = [Example(tuple(s), tuple(s)) for s in then["sources"]]
     batch = collate(examples, run["vocabulary"])
     with torch.no_grad():
-        now = run["model"](batch.source, batch.target_in, batch.source_mask, batch.target_mask)
+        now = run["model"](
+            batch.source, batch.target_in, batch.source_mask, batch.target_mask
+        )
     assert run["spec"]["kind"] == "encoder-decoder" and run["step"] == 3
     torch.testing.assert_close(now, then["log_probs"], rtol=0, atol=1e-6)

@@ -37,8 +37,16 @@ def katex_dist(project_root: Path) -> Path:
         )
     log.info("Installing %s into %s", KATEX_SPEC, prefix)
     prefix.mkdir(parents=True, exist_ok=True)
-    command = [npm, "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(prefix),
-               KATEX_SPEC]
+    command = [
+        npm,
+        "install",
+        "--no-save",
+        "--no-audit",
+        "--no-fund",
+        "--prefix",
+        str(prefix),
+        KATEX_SPEC,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not (dist / "katex.min.js").is_file():
         raise PluginError(
@@ -56,7 +64,11 @@ def on_config(config):
 def on_files(files: Files, config) -> Files:
     """Add KaTeX's dist files to the site under ``assets/katex/``."""
     assert _dist is not None
-    wanted = [_dist / "katex.min.js", _dist / "katex.min.css", *sorted((_dist / "fonts").iterdir())]
+    wanted = [
+        _dist / "katex.min.js",
+        _dist / "katex.min.css",
+        *sorted((_dist / "fonts").iterdir()),
+    ]
     for path in wanted:
         uri = "assets/katex/" + path.relative_to(_dist).as_posix()
         files.append(File.generated(config, uri, abs_src_path=str(path)))

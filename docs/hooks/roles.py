@@ -16,9 +16,15 @@ from pathlib import Path
 
 from mkdocs.utils import get_relative_url
 
-ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|attr|data|obj|exc):<code>~?(?P<name>[\w.]+)</code>")
-DIRECTIVE = re.compile(r"^\s*:::\s+(?P<module>named_transformer[\w.]*)\s*$", re.MULTILINE)
-_targets: dict[str, str] = {}  # "padding_mask" or "MultiHeadAttention.forward" -> url#anchor
+ROLE = re.compile(
+    r":(?:py:)?(?:func|class|meth|mod|attr|data|obj|exc):<code>~?(?P<name>[\w.]+)</code>"
+)
+DIRECTIVE = re.compile(
+    r"^\s*:::\s+(?P<module>named_transformer[\w.]*)\s*$", re.MULTILINE
+)
+_targets: dict[
+    str, str
+] = {}  # "padding_mask" or "MultiHeadAttention.forward" -> url#anchor
 
 
 def _public(name: str) -> bool:
@@ -38,7 +44,9 @@ def _index(docs: Path, root: Path, use_directory_urls: bool) -> dict[str, str]:
             targets.setdefault(module, f"{url}#{module}")
             targets.setdefault(module.rsplit(".", 1)[-1], f"{url}#{module}")
             for node in ast.parse(path.read_text()).body:
-                if isinstance(node, ast.FunctionDef | ast.ClassDef) and _public(node.name):
+                if isinstance(node, ast.FunctionDef | ast.ClassDef) and _public(
+                    node.name
+                ):
                     anchor = f"{url}#{module}.{node.name}"
                     targets.setdefault(node.name, anchor)
                     targets.setdefault(f"{module}.{node.name}", anchor)
@@ -55,8 +63,9 @@ def _index(docs: Path, root: Path, use_directory_urls: bool) -> dict[str, str]:
 def on_config(config):
     global _targets
     docs = Path(config.docs_dir)
-    _targets = _index(docs, Path(config.config_file_path).resolve().parent,
-                      config.use_directory_urls)
+    _targets = _index(
+        docs, Path(config.config_file_path).resolve().parent, config.use_directory_urls
+    )
     return config
 
 
@@ -64,7 +73,9 @@ def on_page_content(html: str, page, config, files) -> str:
     def link(match: re.Match[str]) -> str:
         name = match["name"]
         code = f"<code>{name}</code>"
-        target = _targets.get(name) or _targets.get(name.removeprefix("named_transformer."))
+        target = _targets.get(name) or _targets.get(
+            name.removeprefix("named_transformer.")
+        )
         if target is None:
             return code
         return f'<a href="{get_relative_url(target, page.url or "./")}">{code}</a>'

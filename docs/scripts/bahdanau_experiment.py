@@ -65,16 +65,22 @@ def parameters(model: torch.nn.Module) -> int:
 def build_models(vocab: int, cfg: dict) -> dict[str, torch.nn.Module]:
     """The attention model, and baselines whose width makes their size the closest to it."""
     torch.manual_seed(0)
-    attention = BahdanauSeq2Seq(vocab, cfg["layer"], cfg["hidden"], attention=cfg["attention"])
+    attention = BahdanauSeq2Seq(
+        vocab, cfg["layer"], cfg["hidden"], attention=cfg["attention"]
+    )
     target = parameters(attention)
     width = min(
         range(4, 8 * cfg["hidden"]),
-        key=lambda h: abs(parameters(RNNEncoderDecoder(vocab, cfg["layer"], h)) - target),
+        key=lambda h: abs(
+            parameters(RNNEncoderDecoder(vocab, cfg["layer"], h)) - target
+        ),
     )
     models = {"attention": attention}
     for name, reverse in zip(MODELS[1:], (False, True), strict=True):
         torch.manual_seed(0)
-        models[name] = RNNEncoderDecoder(vocab, cfg["layer"], width, reverse_source=reverse)
+        models[name] = RNNEncoderDecoder(
+            vocab, cfg["layer"], width, reverse_source=reverse
+        )
     return models
 
 
@@ -118,8 +124,11 @@ def train(model, make_batch, steps: int, cfg: dict, vocab, label: str) -> dict:
         schedule.step()
         losses.append(loss.item())
         if step % 100 == 0 or step == steps - 1:
-            print(f"  {label:32s} step {step:4d}  loss {loss.item():.4f}  "
-                  f"{time.time() - start:6.0f}s", flush=True)
+            print(
+                f"  {label:32s} step {step:4d}  loss {loss.item():.4f}  "
+                f"{time.time() - start:6.0f}s",
+                flush=True,
+            )
     return {"losses": losses, "seconds": time.time() - start}
 
 
@@ -144,8 +153,14 @@ def length_curve(model, cfg: dict, vocab) -> dict[int, float]:
     model.eval()
     curve = {}
     for length in range(cfg["min_len"], cfg["max_len"] + 1):
-        examples = make_task("copy", cfg["eval_per_length"], seed=1, split="test",
-                             min_len=length, max_len=length)
+        examples = make_task(
+            "copy",
+            cfg["eval_per_length"],
+            seed=1,
+            split="test",
+            min_len=length,
+            max_len=length,
+        )
         matches = exact_matches(model, examples, vocab)
         curve[length] = sum(matches) / len(matches)
     model.train()
@@ -154,7 +169,9 @@ def length_curve(model, cfg: dict, vocab) -> dict[int, float]:
 
 def buckets(cfg: dict) -> list[tuple[int, int]]:
     low, high = cfg["min_len"], cfg["max_len"]
-    edges = [(low, min(10, high))] + [(a, min(a + 4, high)) for a in range(11, high + 1, 5)]
+    edges = [(low, min(10, high))] + [
+        (a, min(a + 4, high)) for a in range(11, high + 1, 5)
+    ]
     return [(a, b) for a, b in edges if a <= b]
 
 
@@ -171,11 +188,16 @@ def table(results: dict, cfg: dict) -> str:
             values = [curve[str(n)] for n in range(a, b + 1)]
             cells.append(f"{100 * sum(values) / len(values):.1f} %")
         lines.append(f"| {a}–{b} | " + " | ".join(cells) + " |")
-    for key, label in (("parameters", "parameters"), ("updates", f"updates of {cfg['batch']}"),
-                       ("train_seconds", "training wall time")):
+    for key, label in (
+        ("parameters", "parameters"),
+        ("updates", f"updates of {cfg['batch']}"),
+        ("train_seconds", "training wall time"),
+    ):
         cells = [
-            f"{results['models'][n][key]:.0f} s" if key == "train_seconds"
-            else f"{results['models'][n][key]:,}" for n in names
+            f"{results['models'][n][key]:.0f} s"
+            if key == "train_seconds"
+            else f"{results['models'][n][key]:,}"
+            for n in names
         ]
         lines.append(f"| *{label}* | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -187,9 +209,14 @@ def length_figure(results: dict, path: Path, dpi: int) -> None:
         for name, r in results["models"].items()
     }
     lengths = sorted(int(k) for k in results["models"]["attention"]["exact_match"])
-    ax = plot.line_plot(lengths, curves, markers=True, xlabel="source length (digits)",
-                        ylabel="exact match (greedy)",
-                        title="Copying digit strings: attention vs a fixed-length context")
+    ax = plot.line_plot(
+        lengths,
+        curves,
+        markers=True,
+        xlabel="source length (digits)",
+        ylabel="exact match (greedy)",
+        title="Copying digit strings: attention vs a fixed-length context",
+    )
     ax.set_ylim(-0.03, 1.03)
     ax.figure.savefig(path, dpi=dpi)
     plt.close(ax.figure)
@@ -199,23 +226,39 @@ def loss_figure(histories: dict[str, list[float]], path: Path, dpi: int) -> None
     window = 50
     ax = None
     for name, h in histories.items():
-        smooth = [sum(h[max(0, i - window + 1) : i + 1]) / len(h[max(0, i - window + 1) : i + 1])
-                  for i in range(len(h))]
-        ax = plot.line_plot(range(1, len(h) + 1), {name: smooth}, ax=ax, logy=True,
-                            xlabel="update", ylabel="cross-entropy (nats)",
-                            title=f"Training loss (mean of the last {window} updates)")
+        smooth = [
+            sum(h[max(0, i - window + 1) : i + 1])
+            / len(h[max(0, i - window + 1) : i + 1])
+            for i in range(len(h))
+        ]
+        ax = plot.line_plot(
+            range(1, len(h) + 1),
+            {name: smooth},
+            ax=ax,
+            logy=True,
+            xlabel="update",
+            ylabel="cross-entropy (nats)",
+            title=f"Training loss (mean of the last {window} updates)",
+        )
     ax.legend(list(histories), fontsize=8)
     ax.figure.savefig(path, dpi=dpi)
     plt.close(ax.figure)
 
 
-def alignment_figure(model, examples, vocab, path: Path, title: str, columns: int, dpi: int) -> None:
+def alignment_figure(
+    model, examples, vocab, path: Path, title: str, columns: int, dpi: int
+) -> None:
     batch = collate(examples, vocab)
     model.eval()
     tokens, weights = decode(model, batch)
     rows = (len(examples) + columns - 1) // columns
-    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.0 * rows),
-                             layout="constrained", squeeze=False)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(5.2 * columns, 4.0 * rows),
+        layout="constrained",
+        squeeze=False,
+    )
     for i, example in enumerate(examples):
         source = list(example.source)
         output = list(vocab.decode(tokens[i].tolist(), strip=False))
@@ -225,7 +268,9 @@ def alignment_figure(model, examples, vocab, path: Path, title: str, columns: in
             weights[i, :out_len, : len(source)],
             [("␣" if t == " " else t) for t in output[:out_len]],
             [("␣" if t == " " else t) for t in source],
-            ax=ax, annotate=False, colorbar=False,
+            ax=ax,
+            annotate=False,
+            colorbar=False,
             title="".join(source),
         )
         ax.tick_params(axis="x", labelrotation=0)
@@ -241,17 +286,26 @@ def alignment_figure(model, examples, vocab, path: Path, title: str, columns: in
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny models, a few updates")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny models, a few updates"
+    )
     parser.add_argument("--out", type=Path, default=FIGURES, help="where figures go")
-    parser.add_argument("--steps", type=int, help="override the number of updates (copy)")
-    parser.add_argument("--shape-checks", action="store_true",
-                        help="keep runtime shape checks on (default: on with --quick only)")
+    parser.add_argument(
+        "--steps", type=int, help="override the number of updates (copy)"
+    )
+    parser.add_argument(
+        "--shape-checks",
+        action="store_true",
+        help="keep runtime shape checks on (default: on with --quick only)",
+    )
     args = parser.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     if args.steps is not None:
         cfg["steps"] = args.steps
     nt.shape_checks(args.shape_checks or args.quick)
-    torch.set_num_threads(1)  # small sequential RNN steps: one thread is fastest on a shared CPU
+    torch.set_num_threads(
+        1
+    )  # small sequential RNN steps: one thread is fastest on a shared CPU
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
@@ -262,7 +316,10 @@ def main(argv: list[str] | None = None) -> None:
     for name in (*MODELS[1:], MODELS[0]):  # the cheap baselines first
         model = models[name]
         steps = cfg["steps"] if name == "attention" else cfg["baseline_steps"]
-        print(f"training {name} ({parameters(model):,} parameters, {steps} updates)", flush=True)
+        print(
+            f"training {name} ({parameters(model):,} parameters, {steps} updates)",
+            flush=True,
+        )
         trained = train(model, copy_batch, steps, cfg, vocab, name)
         histories[name] = trained["losses"]
         curve = length_curve(model, cfg, vocab)
@@ -275,25 +332,47 @@ def main(argv: list[str] | None = None) -> None:
             "exact_match_up_to_10": sum(short) / len(short),
             "exact_match": {str(n): v for n, v in curve.items()},
         }
-        print(f"  exact match ≤10: {100 * sum(short) / len(short):.1f} %, "
-              f"all: {100 * sum(curve.values()) / len(curve):.1f} %", flush=True)
+        print(
+            f"  exact match ≤10: {100 * sum(short) / len(short):.1f} %, "
+            f"all: {100 * sum(curve.values()) / len(curve):.1f} %",
+            flush=True,
+        )
 
     results["models"] = {name: results["models"][name] for name in MODELS}
     length_figure(results, args.out / "bahdanau-length.png", cfg["dpi"])
     loss_figure(histories, args.out / "bahdanau-loss.png", cfg["dpi"])
-    long_copy = make_task("copy", 1, seed=7, split="test", min_len=min(28, cfg["max_len"]),
-                          max_len=min(28, cfg["max_len"]))
-    alignment_figure(models["attention"], long_copy, vocab, args.out / "bahdanau-copy-alignment.png",
-                     "α for copying: the diagonal", columns=1, dpi=cfg["dpi"])
+    long_copy = make_task(
+        "copy",
+        1,
+        seed=7,
+        split="test",
+        min_len=min(28, cfg["max_len"]),
+        max_len=min(28, cfg["max_len"]),
+    )
+    alignment_figure(
+        models["attention"],
+        long_copy,
+        vocab,
+        args.out / "bahdanau-copy-alignment.png",
+        "α for copying: the diagonal",
+        columns=1,
+        dpi=cfg["dpi"],
+    )
 
     # dates: a smaller attention model, then its alignment matrices
     date_vocab = task_vocabulary("dates")
     torch.manual_seed(0)
-    dates_model = BahdanauSeq2Seq(len(date_vocab), cfg["dates_layer"], cfg["dates_hidden"],
-                                  attention=cfg["dates_hidden"])
+    dates_model = BahdanauSeq2Seq(
+        len(date_vocab),
+        cfg["dates_layer"],
+        cfg["dates_hidden"],
+        attention=cfg["dates_hidden"],
+    )
     dates_cfg = dict(cfg, teacher_forcing=cfg["teacher_forcing"])
     print(f"training dates ({parameters(dates_model):,} parameters)", flush=True)
-    trained = train(dates_model, dates_batch, cfg["dates_steps"], dates_cfg, date_vocab, "dates")
+    trained = train(
+        dates_model, dates_batch, cfg["dates_steps"], dates_cfg, date_vocab, "dates"
+    )
     held_out = make_task("dates", 2 if args.quick else 200, seed=3, split="test")
     dates_model.eval()
     date_matches = exact_matches(dates_model, held_out, date_vocab)
@@ -305,16 +384,30 @@ def main(argv: list[str] | None = None) -> None:
     }
     shown = make_task("dates", 4 if args.quick else 40, seed=11, split="test")
     by_length = sorted(shown, key=lambda e: len(e.source))
-    picks = [by_length[len(by_length) * q // 4] for q in (0, 1, 2, 3)] if len(shown) >= 4 else shown
-    alignment_figure(dates_model, picks, date_vocab, args.out / "bahdanau-dates.png",
-                     "α for dates: which source characters each output character reads",
-                     columns=2, dpi=cfg["dpi"])
+    picks = (
+        [by_length[len(by_length) * q // 4] for q in (0, 1, 2, 3)]
+        if len(shown) >= 4
+        else shown
+    )
+    alignment_figure(
+        dates_model,
+        picks,
+        date_vocab,
+        args.out / "bahdanau-dates.png",
+        "α for dates: which source characters each output character reads",
+        columns=2,
+        dpi=cfg["dpi"],
+    )
     results["wall_seconds"] = round(time.time() - started, 1)
-    (args.out / "bahdanau-results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / "bahdanau-results.json").write_text(
+        json.dumps(results, indent=1) + "\n"
+    )
     (args.out / "bahdanau-table.txt").write_text(table(results, cfg))
     print(table(results, cfg))
-    print(f"dates: exact match {100 * results['dates']['exact_match']:.1f} % on "
-          f"{len(date_matches)} held-out dates; wall time {results['wall_seconds']:.0f} s")
+    print(
+        f"dates: exact match {100 * results['dates']['exact_match']:.1f} % on "
+        f"{len(date_matches)} held-out dates; wall time {results['wall_seconds']:.0f} s"
+    )
 
 
 if __name__ == "__main__":

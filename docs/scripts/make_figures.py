@@ -30,13 +30,15 @@ FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
 # The cars of seed 03, as on the "Attention as a soft dictionary" page.
 CARS = ["hatchback", "minivan", "sports car", "SUV", "pickup"]
-CAR_FEATURES = torch.tensor([  # safety, capacity, acceleration, mpg: the keys
-    [8.0, 3.0, 4.0, 9.0],
-    [9.0, 10.0, 2.0, 5.0],
-    [5.0, 1.0, 10.0, 3.0],
-    [7.0, 8.0, 5.0, 4.0],
-    [4.0, 6.0, 3.0, 2.0],
-])
+CAR_FEATURES = torch.tensor(
+    [  # safety, capacity, acceleration, mpg: the keys
+        [8.0, 3.0, 4.0, 9.0],
+        [9.0, 10.0, 2.0, 5.0],
+        [5.0, 1.0, 10.0, 3.0],
+        [7.0, 8.0, 5.0, 4.0],
+        [4.0, 6.0, 3.0, 2.0],
+    ]
+)
 NEW_CAR = torch.tensor([[8.0, 4.0, 5.0, 8.0]])  # the query: one row of seq_q
 
 TOKENS = ["<s>", "the", "cat", "sat", "on", "mats"]
@@ -46,10 +48,15 @@ def soft_to_hard(quick: bool) -> plt.Figure:
     """Attention weights of the new car over the five cars as the inverse temperature grows."""
     scores = nt.scaled_dot_score(NEW_CAR, CAR_FEATURES)[0]  # seq
     betas = torch.logspace(-2.5, 0.5, 12 if quick else 200)
-    weights = nt.softmax(einsum(betas, scores, "beta, seq -> beta seq"))  # one row per β
+    weights = nt.softmax(
+        einsum(betas, scores, "beta, seq -> beta seq")
+    )  # one row per β
     ax = plot.line_plot(
-        betas, {car: weights[:, i] for i, car in enumerate(CARS)},
-        logx=True, xlabel="inverse temperature β", ylabel="attention weight",
+        betas,
+        {car: weights[:, i] for i, car in enumerate(CARS)},
+        logx=True,
+        xlabel="inverse temperature β",
+        ylabel="attention weight",
         title="softmax_seq(β · score): from uniform to one-hot",
     )
     ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
@@ -63,14 +70,21 @@ def dot_variance(quick: bool) -> plt.Figure:
     samples = 200 if quick else 20_000
     plain, scaled = [], []
     for size in sizes:
-        queries = torch.randn(samples, 1, size, generator=generator, dtype=torch.float64)
+        queries = torch.randn(
+            samples, 1, size, generator=generator, dtype=torch.float64
+        )
         keys = torch.randn(samples, 1, size, generator=generator, dtype=torch.float64)
         plain.append(nt.dot_score(queries, keys).var().item())
         scaled.append(nt.scaled_dot_score(queries, keys).var().item())
     ax = plot.line_plot(
-        sizes, {"|key| (theory)": sizes, "Q ⊙_key K": plain, "Q ⊙_key K / √|key|": scaled},
+        sizes,
+        {"|key| (theory)": sizes, "Q ⊙_key K": plain, "Q ⊙_key K / √|key|": scaled},
         styles={"|key| (theory)": {"linestyle": "--", "color": "grey", "marker": None}},
-        logx=True, logy=True, markers=True, xlabel="|key|", ylabel="variance of the score",
+        logx=True,
+        logy=True,
+        markers=True,
+        xlabel="|key|",
+        ylabel="variance of the score",
         title="Dot products grow with |key|; scaling keeps variance 1",
     )
     return ax.figure
@@ -84,10 +98,23 @@ def masks(quick: bool) -> plt.Figure:
     keys = torch.randn(seq, key, generator=generator)
     mask = nt.causal_mask(seq)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
-    plot.attention_heatmap(mask.float(), TOKENS, TOKENS, ax=left, colorbar=False, annotate=False,
-                           title="causal_mask(6): True = may attend", cmap="Greys_r")
-    plot.attention_heatmap(nt.attention_weights(queries, keys, mask), TOKENS, TOKENS, ax=right,
-                           title="attention_weights(Q, K, mask)")
+    plot.attention_heatmap(
+        mask.float(),
+        TOKENS,
+        TOKENS,
+        ax=left,
+        colorbar=False,
+        annotate=False,
+        title="causal_mask(6): True = may attend",
+        cmap="Greys_r",
+    )
+    plot.attention_heatmap(
+        nt.attention_weights(queries, keys, mask),
+        TOKENS,
+        TOKENS,
+        ax=right,
+        title="attention_weights(Q, K, mask)",
+    )
     return fig
 
 
@@ -102,12 +129,22 @@ def padding(quick: bool) -> plt.Figure:
     weights = nt.attention_weights(queries, keys, mask)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     short = TOKENS[:4] + ["<pad>", "<pad>"]
-    rows = repeat(mask[1, 0].float(), "seq -> seq_q seq", seq_q=seq)  # one row per query
-    plot.attention_heatmap(rows, short, short, ax=left,
-                           title="key_padding_mask: sentence 2 (length 4)", colorbar=False,
-                           annotate=False, cmap="Greys_r")
-    plot.attention_heatmap(weights[1], short, short, ax=right,
-                           title="attention_weights: padded keys get 0")
+    rows = repeat(
+        mask[1, 0].float(), "seq -> seq_q seq", seq_q=seq
+    )  # one row per query
+    plot.attention_heatmap(
+        rows,
+        short,
+        short,
+        ax=left,
+        title="key_padding_mask: sentence 2 (length 4)",
+        colorbar=False,
+        annotate=False,
+        cmap="Greys_r",
+    )
+    plot.attention_heatmap(
+        weights[1], short, short, ax=right, title="attention_weights: padded keys get 0"
+    )
     return fig
 
 
@@ -119,10 +156,17 @@ def basic_equivariance(quick: bool) -> plt.Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
     for ax, x, labels, title in (
         (left, inputs, ["x0", "x1", "x2", "x3"], "softmax_seq(X ⊙_layer X)"),
-        (right, inputs[permutation], ["x0", "x1", "x3", "x2"], "same, positions 2 and 3 swapped"),
+        (
+            right,
+            inputs[permutation],
+            ["x0", "x1", "x3", "x2"],
+            "same, positions 2 and 3 swapped",
+        ),
     ):
         weights = nt.softmax(nt.dot_score(x, x))
-        plot.attention_heatmap(weights, labels, labels, ax=ax, title=title, colorbar=ax is right)
+        plot.attention_heatmap(
+            weights, labels, labels, ax=ax, title=title, colorbar=ax is right
+        )
     return fig
 
 
@@ -136,14 +180,34 @@ def positions(quick: bool) -> plt.Figure:
 def relative_positions(quick: bool) -> plt.Figure:
     """The clipped relative-distance index (k = 2): a full pass, then two queries after a cache."""
     k = 2
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained",
-                                      gridspec_kw={"width_ratios": [6, 6]})
-    plot.attention_heatmap(nt.relative_position_index(6, 6, k).float(), TOKENS, TOKENS, ax=left,
-                           vmin=0, vmax=2 * k, cmap="viridis", colorbar=False,
-                           title="relative_position_index(6, 6, k=2) = clip(j - i, 2) + 2")
-    plot.attention_heatmap(nt.relative_position_index(2, 6, k, offset=4).float(), TOKENS[4:],
-                           TOKENS, ax=right, vmin=0, vmax=2 * k, cmap="viridis",
-                           title="2 new queries after a cache of 4 (offset=4)")
+    fig, (left, right) = plt.subplots(
+        1,
+        2,
+        figsize=(10, 3.8),
+        layout="constrained",
+        gridspec_kw={"width_ratios": [6, 6]},
+    )
+    plot.attention_heatmap(
+        nt.relative_position_index(6, 6, k).float(),
+        TOKENS,
+        TOKENS,
+        ax=left,
+        vmin=0,
+        vmax=2 * k,
+        cmap="viridis",
+        colorbar=False,
+        title="relative_position_index(6, 6, k=2) = clip(j - i, 2) + 2",
+    )
+    plot.attention_heatmap(
+        nt.relative_position_index(2, 6, k, offset=4).float(),
+        TOKENS[4:],
+        TOKENS,
+        ax=right,
+        vmin=0,
+        vmax=2 * k,
+        cmap="viridis",
+        title="2 new queries after a cache of 4 (offset=4)",
+    )
     return fig
 
 
@@ -152,20 +216,32 @@ def multihead_weights(quick: bool) -> plt.Figure:
     torch.manual_seed(0)
     layer, heads = 16, 4
     attention = nt.MultiHeadAttention(layer, heads).eval()
-    embedded = nt.SinusoidalPositions(layer, dropout=0.0)(torch.randn(len(TOKENS), layer))
-    _, weights = attention(embedded, mask=nt.causal_mask(len(TOKENS)), need_weights=True)
+    embedded = nt.SinusoidalPositions(layer, dropout=0.0)(
+        torch.randn(len(TOKENS), layer)
+    )
+    _, weights = attention(
+        embedded, mask=nt.causal_mask(len(TOKENS)), need_weights=True
+    )
     fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads, 3.4), layout="constrained")
     for head, ax in enumerate(axes):
-        plot.attention_heatmap(weights[head].detach(), TOKENS, TOKENS, ax=ax, annotate=False,
-                               colorbar=head == heads - 1, title=f"head {head}")
+        plot.attention_heatmap(
+            weights[head].detach(),
+            TOKENS,
+            TOKENS,
+            ax=ax,
+            annotate=False,
+            colorbar=head == heads - 1,
+            title=f"head {head}",
+        )
     return fig
 
 
 def encoder_decoder_weights(quick: bool) -> plt.Figure:
     """An (untrained) Transformer's decoder self-attention vs cross-attention, padded source."""
     torch.manual_seed(0)
-    config = nt.TransformerConfig(encoder_layers=1, decoder_layers=1, layer=16, heads=2,
-                                  hidden=32, dropout=0.0)
+    config = nt.TransformerConfig(
+        encoder_layers=1, decoder_layers=1, layer=16, heads=2, hidden=32, dropout=0.0
+    )
     model = nt.Transformer(20, 20, config).eval()
     source, target = torch.randint(3, 20, (1, 6)), torch.randint(3, 20, (1, 5))
     source_mask = nt.key_padding_mask(torch.tensor([4]), 6)  # 4 real tokens, 2 padding
@@ -173,10 +249,21 @@ def encoder_decoder_weights(quick: bool) -> plt.Figure:
     sources = ["das", "ist", "gut", "</s>", "<pad>", "<pad>"]
     targets = ["<s>", "this", "is", "good", "</s>"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
-    plot.attention_heatmap(weights["decoder_self"][0][0, 0].detach(), targets, targets, ax=left,
-                           colorbar=False, title="decoder self-attention (causal), head 0")
-    plot.attention_heatmap(weights["decoder_cross"][0][0, 0].detach(), targets, sources, ax=right,
-                           title="cross-attention over the memory, head 0")
+    plot.attention_heatmap(
+        weights["decoder_self"][0][0, 0].detach(),
+        targets,
+        targets,
+        ax=left,
+        colorbar=False,
+        title="decoder self-attention (causal), head 0",
+    )
+    plot.attention_heatmap(
+        weights["decoder_cross"][0][0, 0].detach(),
+        targets,
+        sources,
+        ax=right,
+        title="cross-attention over the memory, head 0",
+    )
     return fig
 
 
@@ -195,9 +282,15 @@ FIGURE_MAKERS: dict[str, Callable[[bool], plt.Figure]] = {
 
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few samples, low resolution")
-    parser.add_argument("--out", type=Path, default=FIGURES, help=f"output directory ({FIGURES})")
-    parser.add_argument("--only", nargs="*", choices=sorted(FIGURE_MAKERS), help="figures to draw")
+    parser.add_argument(
+        "--quick", action="store_true", help="few samples, low resolution"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=FIGURES, help=f"output directory ({FIGURES})"
+    )
+    parser.add_argument(
+        "--only", nargs="*", choices=sorted(FIGURE_MAKERS), help="figures to draw"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)

@@ -28,7 +28,6 @@ import torch  # noqa: E402
 
 import named_transformer as nt  # noqa: E402
 from named_transformer import plot  # noqa: E402
-from named_transformer.workflows.tasks import detokenize  # noqa: E402
 from named_transformer.workflows.runner import (  # noqa: E402
     attention_figure,
     attention_maps,
@@ -39,6 +38,7 @@ from named_transformer.workflows.runner import (  # noqa: E402
     load_run,
     train_task,
 )
+from named_transformer.workflows.tasks import detokenize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = (21, 40)  # the lengths of the length-generalisation test
@@ -48,24 +48,54 @@ LONG = (21, 40)  # the lengths of the length-generalisation test
 # items are right in two evaluations in a row (dates: 99%, its target) or at the step cap.
 FAST = {"factor": 0.3}
 EXPERIMENTS: dict[str, dict] = {
-    "copy": {"task": "copy", "kind": "encoder-decoder", "size": "tiny", "steps": 3000, **FAST},
-    "reverse": {"task": "reverse", "kind": "encoder-decoder", "size": "tiny", "steps": 6000, "factor": 0.15, "warmup": 200},
+    "copy": {
+        "task": "copy",
+        "kind": "encoder-decoder",
+        "size": "tiny",
+        "steps": 3000,
+        **FAST,
+    },
+    "reverse": {
+        "task": "reverse",
+        "kind": "encoder-decoder",
+        "size": "tiny",
+        "steps": 6000,
+        "factor": 0.15,
+        "warmup": 200,
+    },
     "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 6000},
     "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 6000},
     # histogram: the fast rate finds the counting solution, then a third of it settles it
     "histogram": {
-        "task": "histogram", "kind": "encoder-decoder", "steps": 10000, **FAST,
+        "task": "histogram",
+        "kind": "encoder-decoder",
+        "steps": 10000,
+        **FAST,
         "then": {"steps": 14000, "factor": 0.1},
     },  # fmt: skip
-    "dates": {"task": "dates", "kind": "encoder-decoder", "steps": 4000, "target": 0.99, **FAST},
+    "dates": {
+        "task": "dates",
+        "kind": "encoder-decoder",
+        "steps": 4000,
+        "target": 0.99,
+        **FAST,
+    },
     "sentiment": {"task": "sentiment", "kind": "classifier", "steps": 4000, **FAST},
     "sentiment-bag-of-words": {
-        "task": "sentiment", "kind": "bag-of-words", "steps": 4000, "target": None, **FAST,
+        "task": "sentiment",
+        "kind": "bag-of-words",
+        "steps": 4000,
+        "target": None,
+        **FAST,
     },  # fmt: skip
     **{
         f"length-{positions}": {
-            "task": "copy", "kind": "encoder-decoder", "steps": 4000, "positions": positions,
-            "min_len": 1, "max_len": 20,
+            "task": "copy",
+            "kind": "encoder-decoder",
+            "steps": 4000,
+            "positions": positions,
+            "min_len": 1,
+            "max_len": 20,
         }  # fmt: skip
         for positions in ("sinusoidal", "learned", "relative")
     },
@@ -79,14 +109,18 @@ QUICK = {
 }  # fmt: skip
 
 
-def train(names: list[str], runs: Path, quick: bool, force: bool, resume: bool = False) -> None:
+def train(
+    names: list[str], runs: Path, quick: bool, force: bool, resume: bool = False
+) -> None:
     for name in names:
         directory = runs / name
         if (directory / "metrics.json").exists() and not (force or resume):
             print(f"{name}: done already ({directory})")
             continue
         full = {"progress": True, "batch_size": 64, "eval_every": 200, "dropout": 0.0}
-        options = {**EXPERIMENTS[name], **QUICK} if quick else {**full, **EXPERIMENTS[name]}
+        options = (
+            {**EXPERIMENTS[name], **QUICK} if quick else {**full, **EXPERIMENTS[name]}
+        )
         task, then = options.pop("task"), options.pop("then", None)
         phases = [options] if then is None else [options, {**options, **then}]
         for i, phase in enumerate(phases):
@@ -99,10 +133,17 @@ def train(names: list[str], runs: Path, quick: bool, force: bool, resume: bool =
         if name.startswith("length-"):
             data = {**run["data"], "min_len": LONG[0], "max_len": LONG[1]}
             long = held_out(task, data, 8 if quick else 1000)
-            results["long"] = evaluate_model(run["model"], run["spec"], run["vocabulary"], long, max_len=LONG[1] + 5)
-        results["history"] = [{"step": r.step, "loss": r.loss, **r.metrics} for r in run["trainer"].history]
+            results["long"] = evaluate_model(
+                run["model"], run["spec"], run["vocabulary"], long, max_len=LONG[1] + 5
+            )
+        results["history"] = [
+            {"step": r.step, "loss": r.loss, **r.metrics}
+            for r in run["trainer"].history
+        ]
         (directory / "metrics.json").write_text(json.dumps(results, indent=2))
-        print(f"{name}: {json.dumps({k: v for k, v in results.items() if k != 'history'})}")
+        print(
+            f"{name}: {json.dumps({k: v for k, v in results.items() if k != 'history'})}"
+        )
 
 
 def _percent(x: float) -> str:
@@ -110,7 +151,10 @@ def _percent(x: float) -> str:
 
 
 def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> None:
-    figures, tables = docs / "figures" / "workflows", docs / "scripts" / "workflow_results"
+    figures, tables = (
+        docs / "figures" / "workflows",
+        docs / "scripts" / "workflow_results",
+    )
     figures.mkdir(parents=True, exist_ok=True)
     tables.mkdir(parents=True, exist_ok=True)
     done = {n: json.loads((runs / n / "metrics.json").read_text())
@@ -136,7 +180,14 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
 
     # learning curves: training loss and validation score against the step
     for group, members in {
-        "curves-seq2seq": ["copy", "reverse", "sort", "sort-decoder-only", "histogram", "dates"],
+        "curves-seq2seq": [
+            "copy",
+            "reverse",
+            "sort",
+            "sort-decoder-only",
+            "histogram",
+            "dates",
+        ],
         "curves-sentiment": ["sentiment", "sentiment-bag-of-words"],
         "curves-length": ["length-sinusoidal", "length-learned", "length-relative"],
     }.items():
@@ -144,7 +195,9 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
         if not present:
             continue
         plt = plot._pyplot()
-        figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+        figure, (left, right) = plt.subplots(
+            1, 2, figsize=(10, 3.6), layout="constrained"
+        )
         for m in present:
             history = done[m]["history"]
             plot.line_plot([h["step"] for h in history], {m: [h["loss"] for h in history]},
@@ -165,7 +218,9 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
         run = load_run(runs / n / "checkpoint.pt")
         example = held_out(done[n]["task"], {**run["data"]}, 1)[0]
         source = example.source if n != "sentiment" else contrast_examples(2)[1].source
-        prediction, maps = attention_maps(run["model"], run["spec"], run["vocabulary"], source)
+        prediction, maps = attention_maps(
+            run["model"], run["spec"], run["vocabulary"], source
+        )
         task = done[n]["task"]
         attention_figure(maps, figures / f"attention-{n}.png",
                          title=f"{n}: {detokenize(task, source)!r} → "
@@ -201,11 +256,19 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", nargs="?", default="all", choices=["train", "report", "all"])
-    parser.add_argument("names", nargs="*", help=f"experiments (default all): {list(EXPERIMENTS)}")
+    parser.add_argument(
+        "command", nargs="?", default="all", choices=["train", "report", "all"]
+    )
+    parser.add_argument(
+        "names", nargs="*", help=f"experiments (default all): {list(EXPERIMENTS)}"
+    )
     parser.add_argument("--runs", type=Path, default=ROOT / ".cache" / "workflow-runs")
-    parser.add_argument("--quick", action="store_true", help="tiny models, a few steps (CI)")
-    parser.add_argument("--out", type=Path, help="with --quick: where runs and outputs go")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny models, a few steps (CI)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="with --quick: where runs and outputs go"
+    )
     parser.add_argument("--force", action="store_true", help="retrain finished runs")
     parser.add_argument("--resume", action="store_true",
                         help="continue finished or interrupted runs from their checkpoints")  # fmt: skip
@@ -221,7 +284,9 @@ def main(argv: list[str] | None = None) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     started = time.perf_counter()
-    with nt.shape_checks(args.quick):  # headline runs unchecked; the CI smoke run checked
+    with nt.shape_checks(
+        args.quick
+    ):  # headline runs unchecked; the CI smoke run checked
         if args.command in ("train", "all"):
             train(names, runs, args.quick, args.force or args.quick, args.resume)
         if args.command in ("report", "all"):

@@ -30,7 +30,13 @@ from named_transformer.axes import checked
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 
-__all__ = ["attend", "attention", "attention_from_scores", "attention_weights", "fused_attention"]
+__all__ = [
+    "attend",
+    "attention",
+    "attention_from_scores",
+    "attention_weights",
+    "fused_attention",
+]
 
 
 # --8<-- [start:attention_weights]
@@ -42,6 +48,8 @@ def attention_weights(
 ) -> Float[Tensor, "*batch seq_q seq"]:
     r"""$\nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right)$: one distribution over $\mathsf{seq}$ per query."""
     return softmax(scaled_dot_score(queries, keys), mask)
+
+
 # --8<-- [end:attention_weights]
 
 
@@ -53,6 +61,8 @@ def attend(
 ) -> Float[Tensor, "*batch seq_q val"]:
     r"""$A \ndot{seq} V$: each query's weighted average of the values."""
     return einsum(weights, values, "... seq_q seq, ... seq val -> ... seq_q val")
+
+
 # --8<-- [end:attend]
 
 
@@ -69,6 +79,8 @@ def attention(
     A query row with no allowed key returns zeros (and zero gradient), never NaN.
     """
     return attend(attention_weights(queries, keys, mask), values)
+
+
 # --8<-- [end:attention]
 
 
@@ -89,11 +101,17 @@ def fused_attention(
     $\mathsf{seq'} \times \mathsf{seq}$ weights: faster, and far less memory for long
     sequences. It returns no weights, and its dropout draws differ from the named path's.
     """
-    while mask is not None and mask.ndim < queries.ndim:  # with fewer axes than the queries,
-        mask = rearrange(mask, "... -> 1 ...")  # the kernel falls back to materialising the weights
+    while (
+        mask is not None and mask.ndim < queries.ndim
+    ):  # with fewer axes than the queries,
+        mask = rearrange(
+            mask, "... -> 1 ..."
+        )  # the kernel falls back to materialising the weights
     return F.scaled_dot_product_attention(  # allow-raw: the fused kernel is the point
         queries, keys, values, attn_mask=mask, dropout_p=dropout if training else 0.0
     )
+
+
 # --8<-- [end:fused_attention]
 
 
@@ -106,4 +124,6 @@ def attention_from_scores(
 ) -> Float[Tensor, "*batch seq_q val"]:
     r"""$\left(\nfun{seq}{softmax}(S + M)\right) \ndot{seq} V$ for scores $S$ from any function of the zoo."""
     return attend(softmax(scores, mask), values)
+
+
 # --8<-- [end:attention_from_scores]

@@ -24,8 +24,12 @@ __all__ = ["basic_self_attention"]
 
 # --8<-- [start:basic_self_attention]
 @checked
-def basic_self_attention(inputs: Float[Tensor, "*batch seq layer"]) -> Float[Tensor, "*batch seq layer"]:
+def basic_self_attention(
+    inputs: Float[Tensor, "*batch seq layer"],
+) -> Float[Tensor, "*batch seq layer"]:
     r"""$\left(\nfun{seq}{softmax}(X \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}})\right) \ndot{seq} X$: unscaled, unparameterised."""
     weights = softmax(dot_score(inputs, inputs))  # the first `inputs` plays seq_q
     return attend(weights, inputs)
+
+
 # --8<-- [end:basic_self_attention]

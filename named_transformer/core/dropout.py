@@ -22,7 +22,9 @@ __all__ = ["dropout"]
 
 # --8<-- [start:dropout]
 @checked
-def dropout(inputs: Float[Tensor, "*batch"], p: float, training: bool) -> Float[Tensor, "*batch"]:
+def dropout(
+    inputs: Float[Tensor, "*batch"], p: float, training: bool
+) -> Float[Tensor, "*batch"]:
     r"""$X \odot M / (1 - p)$ while ``training`` (and $p > 0$), else $X$ unchanged.
 
     Eager, this is PyTorch's fused ``F.dropout``. Under ``torch.compile`` the mask is
@@ -36,4 +38,6 @@ def dropout(inputs: Float[Tensor, "*batch"], p: float, training: bool) -> Float[
         keep = torch.floor(torch.rand_like(inputs) + (1.0 - p))
         return inputs * keep * (1.0 / (1.0 - p))
     return F.dropout(inputs, p, training)
+
+
 # --8<-- [end:dropout]

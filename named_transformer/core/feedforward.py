@@ -59,6 +59,8 @@ class _ReLU(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> Tensor:
         (outputs,) = ctx.saved_tensors
         return grad * outputs.sign()
+
+
 # --8<-- [end:relu]
 
 
@@ -73,6 +75,10 @@ def feed_forward(
     activation: Callable[[Tensor], Tensor] = relu,
 ) -> Float[Tensor, "*batch layer"]:
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ (``activation`` may be GELU)."""
-    hidden = activation(einsum(inputs, w1, "... layer, hidden layer -> ... hidden") + b1)
+    hidden = activation(
+        einsum(inputs, w1, "... layer, hidden layer -> ... hidden") + b1
+    )
     return einsum(hidden, w2, "... hidden, layer hidden -> ... layer") + b2
+
+
 # --8<-- [end:feed_forward]

@@ -41,12 +41,16 @@ def causal_mask(
     return rearrange(key_positions, "seq -> 1 seq") <= rearrange(
         query_positions, "seq_q -> seq_q 1"
     )
+
+
 # --8<-- [end:causal_mask]
 
 
 # --8<-- [start:padding_mask]
 @checked
-def padding_mask(lengths: Int[Tensor, "*batch"], seq: int) -> Bool[Tensor, "*batch seq"]:
+def padding_mask(
+    lengths: Int[Tensor, "*batch"], seq: int
+) -> Bool[Tensor, "*batch seq"]:
     r"""True at the first ``lengths[b]`` positions of each sequence, False on padding.
 
     To mask the keys of attention, use :func:`key_padding_mask`, which adds the
@@ -54,12 +58,18 @@ def padding_mask(lengths: Int[Tensor, "*batch"], seq: int) -> Bool[Tensor, "*bat
     """
     positions = torch.arange(seq, device=lengths.device)
     return positions < rearrange(lengths, "... -> ... 1")
+
+
 # --8<-- [end:padding_mask]
 
 
 # --8<-- [start:key_padding_mask]
 @checked
-def key_padding_mask(lengths: Int[Tensor, "*batch"], seq: int) -> Bool[Tensor, "*batch 1 seq"]:
+def key_padding_mask(
+    lengths: Int[Tensor, "*batch"], seq: int
+) -> Bool[Tensor, "*batch 1 seq"]:
     r""":func:`padding_mask` with a size-1 $\mathsf{seq'}$ axis: every query ignores padded keys."""
     return rearrange(padding_mask(lengths, seq), "... seq -> ... 1 seq")
+
+
 # --8<-- [end:key_padding_mask]

@@ -31,7 +31,9 @@ def standardize(
     """
     if torch.is_grad_enabled() and inputs.requires_grad:
         return _Standardize.apply(inputs, eps)
-    return _standardized(inputs, eps)[0]  # no gradient wanted (decoding): the arithmetic alone
+    return _standardized(inputs, eps)[
+        0
+    ]  # no gradient wanted (decoding): the arithmetic alone
 
 
 def _mean(inputs: Tensor) -> Tensor:
@@ -73,8 +75,12 @@ class _Standardize(torch.autograd.Function):
         normalised, inverse_sigma = ctx.saved_tensors
         mean_grad = _mean(grad)
         mean_projection = _mean(grad * normalised)
-        centred_grad = torch.addcmul(grad - mean_grad, normalised, mean_projection, value=-1.0)
+        centred_grad = torch.addcmul(
+            grad - mean_grad, normalised, mean_projection, value=-1.0
+        )
         return centred_grad * inverse_sigma, None
+
+
 # --8<-- [end:standardize]
 
 
@@ -87,5 +93,9 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Float[Tensor, "*batch layer"]:
     r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$."""
-    return torch.addcmul(beta, standardize(inputs, eps), gamma)  # beta + x̂ ⊙ gamma, one pass
+    return torch.addcmul(
+        beta, standardize(inputs, eps), gamma
+    )  # beta + x̂ ⊙ gamma, one pass
+
+
 # --8<-- [end:layer_norm]

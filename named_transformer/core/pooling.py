@@ -34,8 +34,12 @@ def attention_pooling_weights(
 ) -> Float[Tensor, "*batch seq"]:
     r"""$\alpha = \nfun{seq}{softmax}\left(w \ndot{hidden} \tanh(W \ndot{layer} h + b)\right)$."""
     hidden = einsum(states, w_hidden, "... seq layer, hidden layer -> ... seq hidden")
-    scores = einsum(torch.tanh(hidden + b_hidden), w_score, "... seq hidden, hidden -> ... seq")
+    scores = einsum(
+        torch.tanh(hidden + b_hidden), w_score, "... seq hidden, hidden -> ... seq"
+    )
     return softmax(scores, mask)
+
+
 # --8<-- [end:attention_pooling_weights]
 
 
@@ -51,4 +55,6 @@ def attention_pooling(
     r"""$c = \alpha \ndot{seq} h$: one vector per sequence, a weighted average of its states."""
     weights = attention_pooling_weights(states, w_hidden, b_hidden, w_score, mask)
     return einsum(weights, states, "... seq, ... seq layer -> ... layer")
+
+
 # --8<-- [end:attention_pooling]

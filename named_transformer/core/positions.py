@@ -42,8 +42,12 @@ def sinusoidal_positions(
     channels = torch.arange(layer, device=device)
     even_channel = channels - channels % 2  # 2i for both channels of pair i
     frequencies = 10000.0 ** (-even_channel.to(dtype) / layer)
-    angles = rearrange(positions, "seq -> seq 1") * rearrange(frequencies, "layer -> 1 layer")
+    angles = rearrange(positions, "seq -> seq 1") * rearrange(
+        frequencies, "layer -> 1 layer"
+    )
     return torch.where(channels % 2 == 0, angles.sin(), angles.cos())
+
+
 # --8<-- [end:sinusoidal_positions]
 
 
@@ -63,9 +67,13 @@ def relative_position_index(
     the new queries start at ``offset`` = the cache length.
     """
     if max_distance < 0:
-        raise ValueError(f"max_distance (the clipping distance k) must be >= 0, got {max_distance}")
+        raise ValueError(
+            f"max_distance (the clipping distance k) must be >= 0, got {max_distance}"
+        )
     queries = torch.arange(offset, offset + seq_q, device=device)
     keys = torch.arange(seq, device=device)
     distance = rearrange(keys, "seq -> 1 seq") - rearrange(queries, "seq_q -> seq_q 1")
     return distance.clamp(-max_distance, max_distance) + max_distance
+
+
 # --8<-- [end:relative_position_index]

@@ -35,6 +35,8 @@ def dot_score(
 ) -> Float[Tensor, "*batch seq_q seq"]:
     r"""Dot product: $Q \ndot{key} K$. No parameters; queries and keys share $\mathsf{key}$."""
     return einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
+
+
 # --8<-- [end:dot]
 
 
@@ -51,6 +53,8 @@ def scaled_dot_score(
     $|\mathsf{seq'}|\cdot|\mathsf{seq}|$.
     """
     return dot_score(queries / math.sqrt(queries.shape[-1]), keys)
+
+
 # --8<-- [end:scaled_dot]
 
 
@@ -68,6 +72,8 @@ def general_score(
     """
     projected = einsum(queries, weight, "... seq_q key_q, key_q key -> ... seq_q key")
     return dot_score(projected, keys)
+
+
 # --8<-- [end:general]
 
 
@@ -89,9 +95,13 @@ def additive_score(
     """
     q = einsum(queries, w_query, "... seq_q key_q, hidden key_q -> ... seq_q hidden")
     k = einsum(keys, w_key, "... seq key, hidden key -> ... seq hidden")
-    joint = torch.tanh(rearrange(q, "... seq_q hidden -> ... seq_q 1 hidden")
-                       + rearrange(k, "... seq hidden -> ... 1 seq hidden"))
+    joint = torch.tanh(
+        rearrange(q, "... seq_q hidden -> ... seq_q 1 hidden")
+        + rearrange(k, "... seq hidden -> ... 1 seq hidden")
+    )
     return einsum(joint, w_score, "... seq_q seq hidden, hidden -> ... seq_q seq")
+
+
 # --8<-- [end:additive]
 
 
@@ -106,10 +116,14 @@ def cosine_score(
 
     Norms are clamped below by ``eps`` (as `torch.nn.functional.cosine_similarity`).
     """
-    q_norm = reduce(queries**2, "... seq_q key -> ... seq_q", "sum").sqrt().clamp_min(eps)
+    q_norm = (
+        reduce(queries**2, "... seq_q key -> ... seq_q", "sum").sqrt().clamp_min(eps)
+    )
     k_norm = reduce(keys**2, "... seq key -> ... seq", "sum").sqrt().clamp_min(eps)
     norms = einsum(q_norm, k_norm, "... seq_q, ... seq -> ... seq_q seq")
     return dot_score(queries, keys) / norms
+
+
 # --8<-- [end:cosine]
 
 
@@ -125,4 +139,6 @@ def location_score(
     of source positions it can score.
     """
     return einsum(queries, weight, "... seq_q hidden, seq hidden -> ... seq_q seq")
+
+
 # --8<-- [end:location]

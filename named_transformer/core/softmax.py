@@ -41,6 +41,8 @@ def softmax(
         return torch.softmax(scores, dim=-1)
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(scores, dim=-1) * mask
+
+
 # --8<-- [end:softmax]
 
 
@@ -56,8 +58,11 @@ def hardmax(
     """
     if mask is not None:
         scores = scores.masked_fill(~mask, -torch.inf)
-    winner = one_hot(scores.argmax(dim=-1), scores.shape[-1])  # allow-raw: argmax along seq
+    best = scores.argmax(dim=-1)  # allow-raw: argmax along seq
+    winner = one_hot(best, scores.shape[-1])
     if mask is not None:
         winner = winner * mask  # a fully masked row has no winner
     return winner.to(scores.dtype)
+
+
 # --8<-- [end:hardmax]

@@ -53,52 +53,92 @@ class CompiledDecoder(IncrementalDecoder):
         backend: str = "inductor",
     ) -> None:
         if model.training:
-            raise ValueError("call model.eval() first: the compiled step reads the position table once")
+            raise ValueError(
+                "call model.eval() first: the compiled step reads the position table once"
+            )
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         super().__init__(model, source, source_mask, cache=True)
-        if any(isinstance(layer.self_attention, RelativeMultiHeadAttention) for layer in self.layers):
-            raise ValueError("CompiledDecoder supports MultiHeadAttention only, not relative self-attention")
+        if any(
+            isinstance(layer.self_attention, RelativeMultiHeadAttention)
+            for layer in self.layers
+        ):
+            raise ValueError(
+                "CompiledDecoder supports MultiHeadAttention only, not relative self-attention"
+            )
         self.capacity = capacity
         table = self.embedding.table  # gives the model's dtype, device and width
         self.slots = torch.arange(capacity, device=table.device)
-        with torch.inference_mode():  # P for every slot: the position module applied to zeros
-            self.position_table = model.positions(table.new_zeros(1, capacity, table.shape[-1]))[0]
-        self._compiled = torch.compile(self._step_at, fullgraph=True, dynamic=False, backend=backend)
+        with (
+            torch.inference_mode()
+        ):  # P for every slot: the position module applied to zeros
+            self.position_table = model.positions(
+                table.new_zeros(1, capacity, table.shape[-1])
+            )[0]
+        self._compiled = torch.compile(
+            self._step_at, fullgraph=True, dynamic=False, backend=backend
+        )
 
     def _allocate(self, batch: int) -> None:
         table = self.embedding.table
         for layer, entry in zip(self.layers, self.caches, strict=True):
             attention = layer.self_attention
-            heads, key, val = attention.heads, attention.w_k.shape[-1], attention.w_v.shape[-1]
-            entry.keys = table.new_zeros(batch, heads, self.capacity, key)  # zeros: finite where masked
+            heads, key, val = (
+                attention.heads,
+                attention.w_k.shape[-1],
+                attention.w_v.shape[-1],
+            )
+            entry.keys = table.new_zeros(
+                batch, heads, self.capacity, key
+            )  # zeros: finite where masked
             entry.values = table.new_zeros(batch, heads, self.capacity, val)
 
     @torch.inference_mode()
     def __call__(self, tokens: Tensor) -> Tensor:
         """Log-probabilities (``batch vocab``) of the token after ``tokens`` (``batch seq``)."""
         if tokens.shape[-1] > self.capacity:
-            raise ValueError(f"{tokens.shape[-1]} positions do not fit the cache's capacity of {self.capacity}")
+            raise ValueError(
+                f"{tokens.shape[-1]} positions do not fit the cache's capacity of {self.capacity}"
+            )
         if self.caches[0].keys is None:
             self._allocate(tokens.shape[0])
         with shape_checks(False):
-            for position in range(self.length, tokens.shape[-1]):  # a prompt goes in one token at a time
+            for position in range(
+                self.length, tokens.shape[-1]
+            ):  # a prompt goes in one token at a time
                 where = torch.tensor([position], device=tokens.device)
                 # a fresh copy: a slice of tokens would have strides that change every step
-                new = tokens[:, position : position + 1].clone(memory_format=torch.contiguous_format)
+                new = tokens[:, position : position + 1].clone(
+                    memory_format=torch.contiguous_format
+                )
                 log_probs = self._compiled(new, where)
         self.length = tokens.shape[-1]
         return log_probs[:, -1]
 
     def _step_at(self, new: Tensor, position: Tensor) -> Tensor:
         """The one-token step at ``position`` (a tensor of one element): the same shapes at every position."""
-        hidden = add_positions(self.embedding(new), self.position_table.index_select(0, position))
+        hidden = add_positions(
+            self.embedding(new), self.position_table.index_select(0, position)
+        )
         return self._layers_and_output(hidden, None, position)
 
-    def _remember(self, entry: _LayerCache, keys: Tensor, values: Tensor, position: Tensor, mask: None):
+    def _remember(
+        self,
+        entry: _LayerCache,
+        keys: Tensor,
+        values: Tensor,
+        position: Tensor,
+        mask: None,
+    ):
         """Write slot ``position`` of the fixed buffers; attend over every slot, masking those after it."""
-        entry.keys.index_copy_(-2, position, keys)  # allow-raw: write one slot of seq in place
-        entry.values.index_copy_(-2, position, values)  # allow-raw: write one slot of seq in place
+        entry.keys.index_copy_(
+            -2, position, keys
+        )  # allow-raw: write one slot of seq in place
+        entry.values.index_copy_(
+            -2, position, values
+        )  # allow-raw: write one slot of seq in place
         seen = rearrange(self.slots <= position, "seq -> 1 seq")  # seq_q = 1
         return entry.keys, entry.values, seen
+
+
 # --8<-- [end:CompiledDecoder]

@@ -47,7 +47,9 @@ class _LayerCache:
     values: Tensor | None = None
     memory_keys: Tensor | None = None
     memory_values: Tensor | None = None
-    w_qkv: Tensor | None = None  # the self-attention's stacked W_qkv, built once per decoding
+    w_qkv: Tensor | None = (
+        None  # the self-attention's stacked W_qkv, built once per decoding
+    )
     b_qkv: Tensor | None = None
 
 
@@ -77,10 +79,22 @@ def _cached_attention(
     """Attention of new queries over (cached + new) keys and values: the modules' own equations."""
     if isinstance(attention, RelativeMultiHeadAttention):
         seq_q, seq = queries.shape[-2], keys.shape[-2]
-        index = relative_position_index(seq_q, seq, attention.max_distance, offset=offset, device=queries.device)
-        lifted = None if mask is None else rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")
-        weights = relative_attention_weights(queries, keys, attention.a_k, index, lifted)
-        return merge_heads(relative_attend(weights, values, attention.a_v, index), attention.w_o, attention.b_o)
+        index = relative_position_index(
+            seq_q, seq, attention.max_distance, offset=offset, device=queries.device
+        )
+        lifted = (
+            None
+            if mask is None
+            else rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")
+        )
+        weights = relative_attention_weights(
+            queries, keys, attention.a_k, index, lifted
+        )
+        return merge_heads(
+            relative_attend(weights, values, attention.a_v, index),
+            attention.w_o,
+            attention.b_o,
+        )
     outputs, _ = attend_heads(queries, keys, values, attention.w_o, attention.b_o, mask)
     return outputs
 
@@ -128,12 +142,18 @@ class IncrementalDecoder:
     ) -> None:
         self.model, self.use_cache = model, cache
         self.encoder_decoder = hasattr(model, "encode")
-        self.embedding = model.target_embedding if self.encoder_decoder else model.embedding
+        self.embedding = (
+            model.target_embedding if self.encoder_decoder else model.embedding
+        )
         if self.encoder_decoder and source is None:
             raise ValueError("an encoder-decoder model needs the source to decode from")
         self.source_mask = source_mask
-        self.memory = model.encode(source, source_mask) if self.encoder_decoder else None
-        layers = model.stacks.decoder.layers if self.encoder_decoder else model.blocks.layers
+        self.memory = (
+            model.encode(source, source_mask) if self.encoder_decoder else None
+        )
+        layers = (
+            model.stacks.decoder.layers if self.encoder_decoder else model.blocks.layers
+        )
         self.layers = list(layers)
         self.caches = [_LayerCache() for _ in self.layers]
         self.length = 0
@@ -143,8 +163,12 @@ class IncrementalDecoder:
         if cache and self.encoder_decoder:
             for layer, entry in zip(self.layers, self.caches, strict=True):
                 attention = layer.cross_attention
-                entry.memory_keys = project_heads(self.memory, attention.w_k, attention.b_k)
-                entry.memory_values = project_heads(self.memory, attention.w_v, attention.b_v)
+                entry.memory_keys = project_heads(
+                    self.memory, attention.w_k, attention.b_k
+                )
+                entry.memory_values = project_heads(
+                    self.memory, attention.w_v, attention.b_v
+                )
 
     @torch.inference_mode()
     def select(self, rows: Tensor) -> None:
@@ -175,7 +199,11 @@ class IncrementalDecoder:
         hidden = self.model.positions(self.embedding(new), offset)
         seq_q = new.shape[-1]
         # one new token may see every cached position and itself: no mask to apply
-        mask = None if seq_q == 1 else causal_mask(seq_q, offset + seq_q, offset=offset, device=new.device)
+        mask = (
+            None
+            if seq_q == 1
+            else causal_mask(seq_q, offset + seq_q, offset=offset, device=new.device)
+        )
         return self._layers_and_output(hidden, mask, offset)
 
     def _layers_and_output(self, hidden: Tensor, mask: Tensor | None, offset) -> Tensor:
@@ -186,9 +214,19 @@ class IncrementalDecoder:
             hidden = stack.norm(hidden)
         return self.model.generator(hidden)
 
-    def _remember(self, entry: _LayerCache, keys: Tensor, values: Tensor, offset: int, mask: Tensor | None):
+    def _remember(
+        self,
+        entry: _LayerCache,
+        keys: Tensor,
+        values: Tensor,
+        offset: int,
+        mask: Tensor | None,
+    ):
         """Store the new keys and values; return every position seen so far and the mask over them."""
-        entry.keys, entry.values = _grow(entry.keys, offset, keys), _grow(entry.values, offset, values)
+        entry.keys, entry.values = (
+            _grow(entry.keys, offset, keys),
+            _grow(entry.values, offset, values),
+        )
         seen = offset + keys.shape[-2]
         return entry.keys[..., :seen, :], entry.values[..., :seen, :], mask
 
@@ -200,14 +238,25 @@ class IncrementalDecoder:
                 keys = project_heads(x, attention.w_k, attention.b_k)
                 values = project_heads(x, attention.w_v, attention.b_v)
             else:
-                queries, keys, values = stacked_projection(x, entry.w_qkv, attention.heads, entry.b_qkv)
+                queries, keys, values = stacked_projection(
+                    x, entry.w_qkv, attention.heads, entry.b_qkv
+                )
             keys, values, seen_mask = self._remember(entry, keys, values, offset, mask)
-            return _cached_attention(attention, queries, keys, values, seen_mask, offset)
+            return _cached_attention(
+                attention, queries, keys, values, seen_mask, offset
+            )
 
         def cross_attend(x: Tensor) -> Tensor:
             attention = layer.cross_attention
             queries = project_heads(x, attention.w_q, attention.b_q)
-            return _cached_attention(attention, queries, entry.memory_keys, entry.memory_values, self.source_mask, 0)
+            return _cached_attention(
+                attention,
+                queries,
+                entry.memory_keys,
+                entry.memory_values,
+                self.source_mask,
+                0,
+            )
 
         if self.encoder_decoder:
             hidden = layer.self_attention_residual(hidden, self_attend)

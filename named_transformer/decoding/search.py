@@ -28,6 +28,7 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.core.softmax import softmax
+from named_transformer.decoding.incremental import IncrementalDecoder
 
 __all__ = [
     "Decoded",
@@ -126,7 +127,9 @@ def sample(
     ``generator`` makes the draws reproducible.
     """
     if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (use greedy for T -> 0), got {temperature}")
+        raise ValueError(
+            f"temperature must be > 0 (use greedy for T -> 0), got {temperature}"
+        )
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
 
@@ -136,7 +139,9 @@ def sample(
             kth = log_probs.topk(top_k).values[:, -1:]
             mask = log_probs >= kth
         probabilities = softmax(log_probs, mask, beta=1.0 / temperature)
-        return rearrange(torch.multinomial(probabilities, 1, generator=generator), "b 1 -> b")
+        return rearrange(
+            torch.multinomial(probabilities, 1, generator=generator), "b 1 -> b"
+        )
 
     return _generate(step, start, max_len, eos, pad, choose)
 
@@ -146,7 +151,9 @@ def sample(
 
 # --8<-- [start:length_penalty]
 @checked
-def length_penalty(length: int | Float[Tensor, "*batch"], alpha: float) -> float | Float[Tensor, "*batch"]:
+def length_penalty(
+    length: int | Float[Tensor, "*batch"], alpha: float
+) -> float | Float[Tensor, "*batch"]:
     r"""$\text{lp}(Y) = ((5 + |Y|) / 6)^{\alpha}$ (Wu et al., 2016); $\alpha = 0$: no penalty."""
     return ((5 + length) / 6) ** alpha
 
@@ -176,11 +183,15 @@ def beam_search(
     if width < 1:
         raise ValueError(f"beam width must be >= 1, got {width}")
     batch, device = start.shape[0], start.device
-    rows = repeat(torch.arange(batch, device=device), "batch -> (batch width)", width=width)
+    rows = repeat(
+        torch.arange(batch, device=device), "batch -> (batch width)", width=width
+    )
     decoder.select(rows)
     tokens = start[rows]
     scores = torch.full((batch, width), -math.inf, device=device)
-    scores[:, 0] = 0.0  # all beams start equal: keep one so the first step is not repeated
+    scores[:, 0] = (
+        0.0  # all beams start equal: keep one so the first step is not repeated
+    )
     finished = torch.zeros(batch * width, dtype=torch.bool, device=device)
     lengths = torch.zeros(batch * width, device=device)
     for _ in range(max_len):
@@ -191,10 +202,15 @@ def beam_search(
         stay[:, pad] = 0.0
         log_probs = torch.where(rearrange(finished, "b -> b 1"), stay, log_probs)
         candidates = rearrange(scores, "batch width -> (batch width) 1") + log_probs
-        flat = rearrange(candidates, "(batch width) vocab -> batch (width vocab)", width=width)
+        flat = rearrange(
+            candidates, "(batch width) vocab -> batch (width vocab)", width=width
+        )
         scores, best = flat.topk(width)
         beam, token = best // vocab, best % vocab
-        chosen = rearrange(torch.arange(batch, device=device), "batch -> batch 1") * width + beam
+        chosen = (
+            rearrange(torch.arange(batch, device=device), "batch -> batch 1") * width
+            + beam
+        )
         chosen = rearrange(chosen, "batch width -> (batch width)")
         token = rearrange(token, "batch width -> (batch width)")
         decoder.select(chosen)
@@ -204,14 +220,20 @@ def beam_search(
         tokens = _append(tokens[chosen], rearrange(token, "b -> b 1"))
         if bool(finished.all()):
             break
-    normalised = rearrange(scores, "batch width -> (batch width)") / length_penalty(lengths, alpha)
+    normalised = rearrange(scores, "batch width -> (batch width)") / length_penalty(
+        lengths, alpha
+    )
     normalised = rearrange(normalised, "(batch width) -> batch width", width=width)
     winner = normalised.argmax(-1)  # allow-raw: best beam per row
     pick = torch.arange(batch, device=device) * width + winner
     return Decoded(
         tokens[pick][:, start.shape[-1] :],
         scores=normalised[torch.arange(batch, device=device), winner],
-        extra={"beams": rearrange(tokens[:, start.shape[-1] :], "(b w) s -> b w s", w=width)},
+        extra={
+            "beams": rearrange(
+                tokens[:, start.shape[-1] :], "(b w) s -> b w s", w=width
+            )
+        },
     )
 
 

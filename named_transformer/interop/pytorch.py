@@ -51,7 +51,9 @@ __all__ = ["from_torch", "mask_from_torch", "to_torch"]
 @checked
 def mask_from_torch(
     attn_mask: Bool[Tensor, "seq_q seq"] | Float[Tensor, "seq_q seq"] | None = None,
-    key_padding_mask: Bool[Tensor, "batch seq"] | Float[Tensor, "batch seq"] | None = None,
+    key_padding_mask: Bool[Tensor, "batch seq"]
+    | Float[Tensor, "batch seq"]
+    | None = None,
 ) -> Bool[Tensor, "*#batch #seq_q seq"] | None:
     r"""Our "may attend" mask from PyTorch's ``attn_mask`` and ``key_padding_mask``.
 
@@ -67,7 +69,9 @@ def mask_from_torch(
             allowed = ~attn_mask
         else:
             if not bool(((attn_mask == 0) | (attn_mask == -torch.inf)).all()):
-                raise ValueError("a float attn_mask converts only if every entry is 0 or -inf")
+                raise ValueError(
+                    "a float attn_mask converts only if every entry is 0 or -inf"
+                )
             allowed = attn_mask == 0
     if key_padding_mask is not None:
         if key_padding_mask.dtype != torch.bool:
@@ -75,6 +79,8 @@ def mask_from_torch(
         keys = rearrange(~key_padding_mask, "batch seq -> batch 1 seq")
         allowed = keys if allowed is None else allowed & keys
     return allowed
+
+
 # --8<-- [end:mask_from_torch]
 
 
@@ -96,7 +102,9 @@ def _activation_name(layer: nn.Module) -> str:
     activation = layer.activation
     if activation is F.relu or isinstance(activation, nn.ReLU):
         return "relu"
-    if activation is F.gelu or (isinstance(activation, nn.GELU) and activation.approximate == "none"):
+    if activation is F.gelu or (
+        isinstance(activation, nn.GELU) and activation.approximate == "none"
+    ):
         return "gelu"
     raise ValueError(f"only relu and gelu activations convert, got {activation!r}")
 
@@ -115,7 +123,9 @@ def _attention_from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
     if module.bias_k is not None or module.add_zero_attn:
         raise ValueError("add_bias_kv and add_zero_attn have no named counterpart")
     if module.kdim != module.vdim:
-        raise ValueError(f"kdim={module.kdim} != vdim={module.vdim}: keys and values must share a memory")
+        raise ValueError(
+            f"kdim={module.kdim} != vdim={module.vdim}: keys and values must share a memory"
+        )
     heads, layer = module.num_heads, module.embed_dim
     ours = _like(
         MultiHeadAttention(
@@ -126,24 +136,41 @@ def _attention_from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
     )  # fmt: skip
     if module._qkv_same_embed_dim:
         w_q, w_k, w_v = rearrange(
-            module.in_proj_weight, "(three heads key) layer -> three heads layer key", three=3, heads=heads
+            module.in_proj_weight,
+            "(three heads key) layer -> three heads layer key",
+            three=3,
+            heads=heads,
         )
     else:
         w_q, w_k, w_v = (
             rearrange(w, "(heads key) layer -> heads layer key", heads=heads)
             for w in (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
         )
-    for parameter, value in zip((ours.w_q, ours.w_k, ours.w_v), (w_q, w_k, w_v), strict=True):
+    for parameter, value in zip(
+        (ours.w_q, ours.w_k, ours.w_v), (w_q, w_k, w_v), strict=True
+    ):
         _copy(parameter, value)
-    _copy(ours.w_o, rearrange(module.out_proj.weight, "layer (heads val) -> heads val layer", heads=heads))
+    _copy(
+        ours.w_o,
+        rearrange(
+            module.out_proj.weight, "layer (heads val) -> heads val layer", heads=heads
+        ),
+    )
     if module.in_proj_bias is not None:
         b_q, b_k, b_v = rearrange(
-            module.in_proj_bias, "(three heads key) -> three heads key", three=3, heads=heads
+            module.in_proj_bias,
+            "(three heads key) -> three heads key",
+            three=3,
+            heads=heads,
         )
-        for parameter, value in zip((ours.b_q, ours.b_k, ours.b_v), (b_q, b_k, b_v), strict=True):
+        for parameter, value in zip(
+            (ours.b_q, ours.b_k, ours.b_v), (b_q, b_k, b_v), strict=True
+        ):
             _copy(parameter, value)
     _copy(ours.b_o, module.out_proj.bias)
     return ours
+
+
 # --8<-- [end:attention_from_torch]
 
 
@@ -172,7 +199,10 @@ def _encoder_layer_from_torch(theirs: nn.TransformerEncoderLayer) -> EncoderLaye
     _check_norms(theirs.norm1, theirs.norm2)
     attention = theirs.self_attn
     ours = EncoderLayer(
-        attention.embed_dim, attention.num_heads, theirs.linear1.out_features, **_layer_options(theirs)
+        attention.embed_dim,
+        attention.num_heads,
+        theirs.linear1.out_features,
+        **_layer_options(theirs),
     )
     ours = _like(ours, theirs)
     ours.self_attention = _attention_from_torch(attention)
@@ -234,13 +264,17 @@ def from_torch(module: nn.Module) -> nn.Module:
     else:
         raise TypeError(f"from_torch does not know {type(module).__name__}")
     return ours.train(module.training)
+
+
 # --8<-- [end:from_torch]
 
 
 # ------------------------------------------------------------------------------ to PyTorch
 
 
-def _attention_to_torch(ours: MultiHeadAttention, batch_first: bool) -> nn.MultiheadAttention:
+def _attention_to_torch(
+    ours: MultiHeadAttention, batch_first: bool
+) -> nn.MultiheadAttention:
     if ours.key * ours.heads != ours.layer or ours.val != ours.key:
         raise ValueError(
             "only narrow heads (|key| = |val| = |layer|/|heads|) convert to nn.MultiheadAttention"
@@ -253,7 +287,10 @@ def _attention_to_torch(ours: MultiHeadAttention, batch_first: bool) -> nn.Multi
     if theirs._qkv_same_embed_dim:
         _copy(
             theirs.in_proj_weight,
-            rearrange([ours.w_q, ours.w_k, ours.w_v], "three heads layer key -> (three heads key) layer"),
+            rearrange(
+                [ours.w_q, ours.w_k, ours.w_v],
+                "three heads layer key -> (three heads key) layer",
+            ),
         )
     else:
         for weight, value in zip(
@@ -262,11 +299,16 @@ def _attention_to_torch(ours: MultiHeadAttention, batch_first: bool) -> nn.Multi
             strict=True,
         ):
             _copy(weight, rearrange(value, "heads layer key -> (heads key) layer"))
-    _copy(theirs.out_proj.weight, rearrange(ours.w_o, "heads val layer -> layer (heads val)"))
+    _copy(
+        theirs.out_proj.weight,
+        rearrange(ours.w_o, "heads val layer -> layer (heads val)"),
+    )
     if ours.b_q is not None:
         _copy(
             theirs.in_proj_bias,
-            rearrange([ours.b_q, ours.b_k, ours.b_v], "three heads key -> (three heads key)"),
+            rearrange(
+                [ours.b_q, ours.b_k, ours.b_v], "three heads key -> (three heads key)"
+            ),
         )
     _copy(theirs.out_proj.bias, ours.b_o)
     return theirs
@@ -284,7 +326,9 @@ def _feed_forward_to_torch(theirs: nn.Module, ours: FeedForward) -> None:
     _copy(theirs.linear2.bias, ours.b2)
 
 
-def _torch_layer_options(ours: nn.Module, residual: nn.Module, batch_first: bool) -> dict:
+def _torch_layer_options(
+    ours: nn.Module, residual: nn.Module, batch_first: bool
+) -> dict:
     return {
         "dropout": residual.dropout,
         "activation": ours.feed_forward.activation,
@@ -294,7 +338,9 @@ def _torch_layer_options(ours: nn.Module, residual: nn.Module, batch_first: bool
     }
 
 
-def _encoder_layer_to_torch(ours: EncoderLayer, batch_first: bool) -> nn.TransformerEncoderLayer:
+def _encoder_layer_to_torch(
+    ours: EncoderLayer, batch_first: bool
+) -> nn.TransformerEncoderLayer:
     attention = ours.self_attention
     theirs = nn.TransformerEncoderLayer(
         attention.layer, attention.heads, ours.feed_forward.w1.shape[0],
@@ -308,10 +354,14 @@ def _encoder_layer_to_torch(ours: EncoderLayer, batch_first: bool) -> nn.Transfo
     return theirs
 
 
-def _decoder_layer_to_torch(ours: DecoderLayer, batch_first: bool) -> nn.TransformerDecoderLayer:
+def _decoder_layer_to_torch(
+    ours: DecoderLayer, batch_first: bool
+) -> nn.TransformerDecoderLayer:
     attention = ours.self_attention
     if ours.cross_attention.memory != attention.layer:
-        raise ValueError("nn.TransformerDecoderLayer needs a memory as wide as the layer")
+        raise ValueError(
+            "nn.TransformerDecoderLayer needs a memory as wide as the layer"
+        )
     theirs = nn.TransformerDecoderLayer(
         attention.layer, attention.heads, ours.feed_forward.w1.shape[0],
         **_torch_layer_options(ours, ours.self_attention_residual, batch_first),
@@ -338,12 +388,19 @@ def _stack_to_torch(ours: Encoder | Decoder, batch_first: bool) -> nn.Module:
     if isinstance(ours, Encoder):
         layers = [_encoder_layer_to_torch(layer, batch_first) for layer in ours.layers]
         theirs = nn.TransformerEncoder(
-            layers[0], len(layers), _final_norm_to_torch(ours.norm), enable_nested_tensor=False
+            layers[0],
+            len(layers),
+            _final_norm_to_torch(ours.norm),
+            enable_nested_tensor=False,
         )
     else:
         layers = [_decoder_layer_to_torch(layer, batch_first) for layer in ours.layers]
-        theirs = nn.TransformerDecoder(layers[0], len(layers), _final_norm_to_torch(ours.norm))
-    theirs.layers = nn.ModuleList(layers)  # the constructor deep-copies one layer N times
+        theirs = nn.TransformerDecoder(
+            layers[0], len(layers), _final_norm_to_torch(ours.norm)
+        )
+    theirs.layers = nn.ModuleList(
+        layers
+    )  # the constructor deep-copies one layer N times
     return theirs
 
 
@@ -375,4 +432,6 @@ def to_torch(module: nn.Module, *, batch_first: bool = True) -> nn.Module:
     else:
         raise TypeError(f"to_torch does not know {type(module).__name__}")
     return theirs.train(module.training)
+
+
 # --8<-- [end:to_torch]

@@ -42,6 +42,8 @@ def masked_max(
         padding = ~rearrange(mask, "... seq -> ... seq 1")
         states = states.masked_fill(padding, torch.finfo(states.dtype).min)
     return reduce(states, "... seq layer -> ... layer", "max")
+
+
 # --8<-- [end:masked_max]
 
 
@@ -67,7 +69,9 @@ class TransformerClassifier(CountsParameters, nn.Module):
         super().__init__()
         self.embedding = TokenEmbedding(vocab, layer)
         self.positions = SinusoidalPositions(layer, dropout=dropout)
-        self.encoder = Encoder.build(num_layers, layer, heads, hidden, dropout=dropout, **options)
+        self.encoder = Encoder.build(
+            num_layers, layer, heads, hidden, dropout=dropout, **options
+        )
         bound = layer**-0.5
         self.w_out = nn.Parameter(torch.empty(classes, layer).uniform_(-bound, bound))
         self.b_out = nn.Parameter(torch.zeros(classes))
@@ -80,13 +84,20 @@ class TransformerClassifier(CountsParameters, nn.Module):
         need_weights: bool = False,
     ) -> (
         Float[Tensor, "*batch classes"]
-        | tuple[Float[Tensor, "*batch classes"], list[Float[Tensor, "*batch heads seq seq"]]]
+        | tuple[
+            Float[Tensor, "*batch classes"], list[Float[Tensor, "*batch heads seq seq"]]
+        ]
     ):
         """Class logits. ``mask`` is True at real tokens, False at padding."""
         attend_mask = None if mask is None else rearrange(mask, "... seq -> ... 1 seq")
         embedded = self.positions(self.embedding(tokens))
         states, weights = self.encoder(embedded, attend_mask, need_weights=True)
         pooled = masked_max(states, mask)
-        logits = einsum(pooled, self.w_out, "... layer, classes layer -> ... classes") + self.b_out
+        logits = (
+            einsum(pooled, self.w_out, "... layer, classes layer -> ... classes")
+            + self.b_out
+        )
         return (logits, weights) if need_weights else logits
+
+
 # --8<-- [end:TransformerClassifier]

@@ -27,9 +27,13 @@ class TransformerConfig:
     dropout: float = 0.1
     activation: Literal["relu", "gelu"] = "relu"
     norm_first: bool = False  # post-norm, as the paper; True = pre-norm
-    final_norm: bool | None = None  # a LayerNorm after each stack; None = same as norm_first
+    final_norm: bool | None = (
+        None  # a LayerNorm after each stack; None = same as norm_first
+    )
     eps: float = 1e-5
-    fused_attention: bool = False  # True: PyTorch's fused kernel wherever no weights are asked for
+    fused_attention: bool = (
+        False  # True: PyTorch's fused kernel wherever no weights are asked for
+    )
 
     def __post_init__(self) -> None:
         for name in ("encoder_layers", "decoder_layers"):
@@ -46,7 +50,9 @@ class TransformerConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
+            raise ValueError(
+                f"activation must be 'relu' or 'gelu', got {self.activation!r}"
+            )
         if self.eps <= 0:
             raise ValueError(f"eps must be positive, got {self.eps}")
 
@@ -78,4 +84,6 @@ class TransformerConfig:
             "eps": self.eps,
             "fused_attention": self.fused_attention,
         }
+
+
 # --8<-- [end:TransformerConfig]

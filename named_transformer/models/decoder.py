@@ -50,11 +50,15 @@ class DecoderLayer(CountsParameters, nn.Module):
         fused_attention: bool = False,
     ) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout, fused=fused_attention)
+        self.self_attention = MultiHeadAttention(
+            layer, heads, dropout=dropout, fused=fused_attention
+        )
         self.cross_attention = MultiHeadAttention(
             layer, heads, memory=memory, dropout=dropout, fused=fused_attention
         )
-        self.feed_forward = FeedForward(layer, hidden, activation=activation, dropout=dropout)
+        self.feed_forward = FeedForward(
+            layer, hidden, activation=activation, dropout=dropout
+        )
         options = {"dropout": dropout, "norm_first": norm_first, "eps": eps}
         self.self_attention_residual = Residual(layer, **options)
         self.cross_attention_residual = Residual(layer, **options)
@@ -86,12 +90,16 @@ class DecoderLayer(CountsParameters, nn.Module):
             return _recording(self.self_attention, found, need_weights)(x, mask=mask)
 
         def cross_attend(x: Tensor) -> Tensor:
-            return _recording(self.cross_attention, found, need_weights)(x, memory, memory_mask)
+            return _recording(self.cross_attention, found, need_weights)(
+                x, memory, memory_mask
+            )
 
         hidden = self.self_attention_residual(inputs, self_attend)
         hidden = self.cross_attention_residual(hidden, cross_attend)
         outputs = self.feed_forward_residual(hidden, self.feed_forward)
         return (outputs, found[0], found[1]) if need_weights else outputs
+
+
 # --8<-- [end:DecoderLayer]
 
 
@@ -121,10 +129,14 @@ class Decoder(_Stack):
         self_weights, cross_weights = [], []
         hidden = inputs
         for decoder_layer in self.layers:
-            hidden, own, cross = decoder_layer(hidden, memory, mask, memory_mask, need_weights=True)
+            hidden, own, cross = decoder_layer(
+                hidden, memory, mask, memory_mask, need_weights=True
+            )
             self_weights.append(own)
             cross_weights.append(cross)
         if self.norm is not None:
             hidden = self.norm(hidden)
         return (hidden, self_weights, cross_weights) if need_weights else hidden
+
+
 # --8<-- [end:Decoder]

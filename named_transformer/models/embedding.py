@@ -28,7 +28,13 @@ from named_transformer.axes import checked
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import sinusoidal_positions
 
-__all__ = ["LearnedPositions", "SinusoidalPositions", "TokenEmbedding", "add_positions", "embed"]
+__all__ = [
+    "LearnedPositions",
+    "SinusoidalPositions",
+    "TokenEmbedding",
+    "add_positions",
+    "embed",
+]
 
 
 # --8<-- [start:embed]
@@ -39,6 +45,8 @@ def embed(
 ) -> Float[Tensor, "*batch seq layer"]:
     r"""$(E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}$, computed as a row lookup."""
     return table[tokens] * math.sqrt(table.shape[-1])
+
+
 # --8<-- [end:embed]
 
 
@@ -54,8 +62,12 @@ class TokenEmbedding(nn.Module):
         self.table = nn.Parameter(torch.randn(vocab, layer) / math.sqrt(layer))
 
     @checked
-    def forward(self, tokens: Int[Tensor, "*batch seq"]) -> Float[Tensor, "*batch seq layer"]:
+    def forward(
+        self, tokens: Int[Tensor, "*batch seq"]
+    ) -> Float[Tensor, "*batch seq layer"]:
         return embed(tokens, self.table)
+
+
 # --8<-- [end:TokenEmbedding]
 
 
@@ -69,6 +81,8 @@ def add_positions(
 ) -> Float[Tensor, "*batch seq layer"]:
     r"""$X^0 = \text{Dropout}(W + P)$: the same table for every example of the batch."""
     return drop(inputs + positions, dropout, training)
+
+
 # --8<-- [end:add_positions]
 
 
@@ -94,7 +108,9 @@ class SinusoidalPositions(nn.Module):
         table = self._tables.get(key)
         if table is None or table.shape[0] < length:
             rows = max(length, 64 if table is None else 2 * table.shape[0])
-            table = sinusoidal_positions(rows, like.shape[-1], dtype=like.dtype, device=like.device)
+            table = sinusoidal_positions(
+                rows, like.shape[-1], dtype=like.dtype, device=like.device
+            )
             self._tables[key] = table
         return table
 
@@ -103,11 +119,17 @@ class SinusoidalPositions(nn.Module):
         self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
     ) -> Float[Tensor, "*batch seq layer"]:
         seq, layer = inputs.shape[-2], inputs.shape[-1]
-        if torch.compiler.is_compiling():  # no Python state in a compiled graph: compute it
-            positions = sinusoidal_positions(seq, layer, offset=offset, dtype=inputs.dtype, device=inputs.device)
+        if (
+            torch.compiler.is_compiling()
+        ):  # no Python state in a compiled graph: compute it
+            positions = sinusoidal_positions(
+                seq, layer, offset=offset, dtype=inputs.dtype, device=inputs.device
+            )
         else:
             positions = self._table(offset + seq, inputs)[offset : offset + seq]
         return add_positions(inputs, positions, self.dropout, self.training)
+
+
 # --8<-- [end:SinusoidalPositions]
 
 
@@ -118,7 +140,9 @@ class LearnedPositions(nn.Module):
     def __init__(self, max_positions: int, layer: int, *, dropout: float = 0.1) -> None:
         super().__init__()
         self.dropout = dropout
-        self.table = nn.Parameter(torch.randn(max_positions, layer) * 0.02)  # GPT-2's scale
+        self.table = nn.Parameter(
+            torch.randn(max_positions, layer) * 0.02
+        )  # GPT-2's scale
 
     @checked
     def forward(
@@ -130,5 +154,9 @@ class LearnedPositions(nn.Module):
                 f"positions up to {offset + seq - 1} requested, but the learned table has "
                 f"{self.table.shape[0]} rows (max_positions)"
             )
-        return add_positions(inputs, self.table[offset : offset + seq], self.dropout, self.training)
+        return add_positions(
+            inputs, self.table[offset : offset + seq], self.dropout, self.training
+        )
+
+
 # --8<-- [end:LearnedPositions]

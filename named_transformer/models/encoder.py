@@ -30,7 +30,9 @@ __all__ = ["Encoder", "EncoderLayer"]
 
 
 # --8<-- [start:EncoderLayer]
-def _recording(attention: nn.Module, found: list[Tensor], need_weights: bool) -> Callable[..., Tensor]:
+def _recording(
+    attention: nn.Module, found: list[Tensor], need_weights: bool
+) -> Callable[..., Tensor]:
     """``attention`` as a function of its inputs, appending its weights to ``found``.
 
     Only when ``need_weights``: otherwise the weights are not asked for, and an attention
@@ -67,9 +69,15 @@ class EncoderLayer(CountsParameters, nn.Module):
         fused_attention: bool = False,
     ) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(layer, heads, dropout=dropout, fused=fused_attention)
-        self.feed_forward = FeedForward(layer, hidden, activation=activation, dropout=dropout)
-        self.attention_residual = Residual(layer, dropout=dropout, norm_first=norm_first, eps=eps)
+        self.self_attention = MultiHeadAttention(
+            layer, heads, dropout=dropout, fused=fused_attention
+        )
+        self.feed_forward = FeedForward(
+            layer, hidden, activation=activation, dropout=dropout
+        )
+        self.attention_residual = Residual(
+            layer, dropout=dropout, norm_first=norm_first, eps=eps
+        )
         self.feed_forward_residual = Residual(
             layer, dropout=dropout, norm_first=norm_first, eps=eps
         )
@@ -82,7 +90,9 @@ class EncoderLayer(CountsParameters, nn.Module):
         need_weights: bool = False,
     ) -> (
         Float[Tensor, "*batch seq layer"]
-        | tuple[Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"]]
+        | tuple[
+            Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"]
+        ]
     ):
         """``mask``: True where query position (row) may attend key position (column)."""
         found: list[Tensor] = []
@@ -93,6 +103,8 @@ class EncoderLayer(CountsParameters, nn.Module):
         hidden = self.attention_residual(inputs, self_attend)
         outputs = self.feed_forward_residual(hidden, self.feed_forward)
         return (outputs, found[0]) if need_weights else outputs
+
+
 # --8<-- [end:EncoderLayer]
 
 
@@ -101,7 +113,9 @@ class _Stack(CountsParameters, nn.Module):
 
     layer_type: type[nn.Module]
 
-    def __init__(self, layers: list[nn.Module] | nn.ModuleList, norm: LayerNorm | None = None) -> None:
+    def __init__(
+        self, layers: list[nn.Module] | nn.ModuleList, norm: LayerNorm | None = None
+    ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = norm
@@ -120,8 +134,13 @@ class _Stack(CountsParameters, nn.Module):
     ) -> _Stack:
         """``num_layers`` fresh layers (``options`` go to each layer)."""
         if num_layers < 1:
-            raise ValueError(f"{cls.__name__} needs at least one layer, got num_layers={num_layers}")
-        layers = [cls.layer_type(layer, heads, hidden, eps=eps, **options) for _ in range(num_layers)]
+            raise ValueError(
+                f"{cls.__name__} needs at least one layer, got num_layers={num_layers}"
+            )
+        layers = [
+            cls.layer_type(layer, heads, hidden, eps=eps, **options)
+            for _ in range(num_layers)
+        ]
         return cls(layers, LayerNorm(layer, eps) if final_norm else None)
 
 
@@ -139,7 +158,10 @@ class Encoder(_Stack):
         need_weights: bool = False,
     ) -> (
         Float[Tensor, "*batch seq layer"]
-        | tuple[Float[Tensor, "*batch seq layer"], list[Float[Tensor, "*batch heads seq seq"]]]
+        | tuple[
+            Float[Tensor, "*batch seq layer"],
+            list[Float[Tensor, "*batch heads seq seq"]],
+        ]
     ):
         """Returns the output, or (output, one weights tensor per layer) when ``need_weights``."""
         weights = []
@@ -150,4 +172,6 @@ class Encoder(_Stack):
         if self.norm is not None:
             hidden = self.norm(hidden)
         return (hidden, weights) if need_weights else hidden
+
+
 # --8<-- [end:Encoder]

@@ -34,7 +34,11 @@ def log_probabilities(
     logits = einsum(inputs, table, "... seq layer, vocab layer -> ... seq vocab")
     if bias is not None:
         logits = logits + bias
-    return torch.log_softmax(logits, dim=-1)  # allow-raw: normalise along vocab, the last axis
+    return torch.log_softmax(
+        logits, dim=-1
+    )  # allow-raw: normalise along vocab, the last axis
+
+
 # --8<-- [end:log_probabilities]
 
 
@@ -43,7 +47,12 @@ class Generator(nn.Module):
     r"""Log-probabilities over the vocabulary; pass ``table`` (an embedding's $E$) to tie."""
 
     def __init__(
-        self, layer: int, vocab: int, *, table: nn.Parameter | None = None, bias: bool = True
+        self,
+        layer: int,
+        vocab: int,
+        *,
+        table: nn.Parameter | None = None,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         if table is None:
@@ -52,7 +61,9 @@ class Generator(nn.Module):
         elif tuple(table.shape) != (vocab, layer):
             shape = tuple(table.shape)
             raise ValueError(f"tied table has shape {shape}, expected {(vocab, layer)}")
-        self.table = table  # the same Parameter object when tied: counted and trained once
+        self.table = (
+            table  # the same Parameter object when tied: counted and trained once
+        )
         self.bias = nn.Parameter(torch.zeros(vocab)) if bias else None
 
     @checked
@@ -60,4 +71,6 @@ class Generator(nn.Module):
         self, inputs: Float[Tensor, "*batch seq layer"]
     ) -> Float[Tensor, "*batch seq vocab"]:
         return log_probabilities(inputs, self.table, self.bias)
+
+
 # --8<-- [end:Generator]

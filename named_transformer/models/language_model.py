@@ -19,7 +19,11 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.core.masks import causal_mask
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding
+from named_transformer.models.embedding import (
+    LearnedPositions,
+    SinusoidalPositions,
+    TokenEmbedding,
+)
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.generator import Generator
 from named_transformer.models.parameters import CountsParameters
@@ -52,7 +56,9 @@ class LanguageModel(CountsParameters, nn.Module):
         elif positions == "learned":
             self.positions = LearnedPositions(max_positions, c.layer, dropout=c.dropout)
         else:
-            raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {positions!r}")
+            raise ValueError(
+                f"positions must be 'sinusoidal' or 'learned', got {positions!r}"
+            )
         self.blocks = Encoder.build(
             c.decoder_layers, c.layer, c.heads, c.hidden,
             final_norm=c.has_final_norm, **c.layer_options(),
@@ -65,7 +71,10 @@ class LanguageModel(CountsParameters, nn.Module):
         self, tokens: Int[Tensor, "*batch seq"], need_weights: bool = False
     ) -> (
         Float[Tensor, "*batch seq vocab"]
-        | tuple[Float[Tensor, "*batch seq vocab"], list[Float[Tensor, "*batch heads seq seq"]]]
+        | tuple[
+            Float[Tensor, "*batch seq vocab"],
+            list[Float[Tensor, "*batch heads seq seq"]],
+        ]
     ):
         """Log-probabilities of the next token at every position (and per-layer weights)."""
         mask = causal_mask(tokens.shape[-1], device=tokens.device)
@@ -74,4 +83,6 @@ class LanguageModel(CountsParameters, nn.Module):
             hidden, weights = self.blocks(embedded, mask, need_weights=True)
             return self.generator(hidden), weights
         return self.generator(self.blocks(embedded, mask))
+
+
 # --8<-- [end:LanguageModel]

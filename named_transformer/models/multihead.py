@@ -65,10 +65,14 @@ def project_heads(
     the call ($\mathsf{seq}$ may be $\mathsf{seq'}$, $\mathsf{layer}$ may be
     $\mathsf{memory}$, $\mathsf{key}$ may be $\mathsf{val}$).
     """
-    projected = einsum(inputs, weight, "... seq layer, heads layer key -> ... heads seq key")
+    projected = einsum(
+        inputs, weight, "... seq layer, heads layer key -> ... heads seq key"
+    )
     if bias is not None:
         projected = projected + rearrange(bias, "heads key -> heads 1 key")
     return projected
+
+
 # --8<-- [end:project_heads]
 
 
@@ -84,7 +88,9 @@ def attend_heads(
     dropout: float = 0.0,
     training: bool = False,
     fused: bool = False,
-) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None]:
+) -> tuple[
+    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
+]:
     r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)$ from already projected heads.
 
     Keys and values are arguments of their own, so they may come from a cache of earlier
@@ -97,10 +103,14 @@ def attend_heads(
     if mask is not None:
         mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
     if fused:
-        return merge_heads(fused_attention(queries, keys, values, mask, dropout, training), w_o, b_o), None
+        return merge_heads(
+            fused_attention(queries, keys, values, mask, dropout, training), w_o, b_o
+        ), None
     weights = attention_weights(queries, keys, mask)
     dropped = drop(weights, dropout, training)
     return merge_heads(attend(dropped, values), w_o, b_o), weights
+
+
 # --8<-- [end:attend_heads]
 
 
@@ -116,8 +126,12 @@ def merge_heads(
     One contraction over two axes: the "concatenate the heads, then a linear layer" of
     seeds 01 and 04, without the concatenation.
     """
-    outputs = einsum(heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer")
+    outputs = einsum(
+        heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer"
+    )
     return outputs if b_o is None else outputs + b_o
+
+
 # --8<-- [end:merge_heads]
 
 
@@ -138,7 +152,9 @@ def multihead_attention(
     dropout: float = 0.0,
     training: bool = False,
     fused: bool = False,
-) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None]:
+) -> tuple[
+    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
+]:
     r"""$W^O \ndot{heads, val} \text{Attention}(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
     W^K \ndot{memory} X_m, W^V \ndot{memory} X_m, M)$.
 
@@ -150,6 +166,8 @@ def multihead_attention(
     keys = project_heads(memory, w_k, b_k)
     values = project_heads(memory, w_v, b_v)
     return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training, fused)
+
+
 # --8<-- [end:multihead_attention]
 
 
@@ -164,7 +182,9 @@ def stack_qkv(
 
     This is exactly PyTorch's ``in_proj_weight`` ($3hd \times d$).
     """
-    return rearrange([w_q, w_k, w_v], "three heads layer key -> (three heads key) layer")
+    return rearrange(
+        [w_q, w_k, w_v], "three heads layer key -> (three heads key) layer"
+    )
 
 
 @checked
@@ -187,9 +207,14 @@ def stacked_projection(
     if b_qkv is not None:
         projected = projected + b_qkv
     q, k, v = rearrange(
-        projected, "... seq (three heads key) -> three ... heads seq key", three=3, heads=heads
+        projected,
+        "... seq (three heads key) -> three ... heads seq key",
+        three=3,
+        heads=heads,
     )
     return q, k, v
+
+
 # --8<-- [end:stacked_projection]
 
 
@@ -209,7 +234,9 @@ def multihead_self_attention(
     dropout: float = 0.0,
     training: bool = False,
     fused: bool = False,
-) -> tuple[Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"] | None]:
+) -> tuple[
+    Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"] | None
+]:
     r""":func:`multihead_attention` with $X_m = X$, projecting through seed 04's stacked $W_{qkv}$.
 
     When queries, keys and values all come from $X$, one product with the tall
@@ -222,6 +249,8 @@ def multihead_self_attention(
         b_qkv = rearrange([b_q, b_k, b_v], "three heads key -> (three heads key)")
     queries, keys, values = stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv)
     return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training, fused)
+
+
 # --8<-- [end:multihead_self_attention]
 
 
@@ -264,7 +293,9 @@ class MultiHeadAttention(CountsParameters, nn.Module):
     ) -> None:
         super().__init__()
         if layer <= 0 or heads <= 0:
-            raise ValueError(f"layer and heads must be positive, got layer={layer}, heads={heads}")
+            raise ValueError(
+                f"layer and heads must be positive, got layer={layer}, heads={heads}"
+            )
         if key is None:
             if wide:
                 key = layer
@@ -279,7 +310,13 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         memory = layer if memory is None else memory
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.layer, self.heads, self.memory, self.key, self.val = layer, heads, memory, key, val
+        self.layer, self.heads, self.memory, self.key, self.val = (
+            layer,
+            heads,
+            memory,
+            key,
+            val,
+        )
         self._stackable = memory == layer and val == key
         self.dropout, self.fused = dropout, fused
         self.w_q = _uniform(heads, layer, key, fan_in=layer, fan_out=heads * key)
@@ -304,7 +341,9 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         need_weights: bool = False,
     ) -> (
         Float[Tensor, "*batch seq_q layer"]
-        | tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]
+        | tuple[
+            Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
+        ]
     ):
         """Self-attention when ``memory`` is None, else cross-attention over ``memory``.
 
@@ -323,4 +362,6 @@ class MultiHeadAttention(CountsParameters, nn.Module):
                 self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training, fused,
             )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
+
+
 # --8<-- [end:MultiHeadAttention]

@@ -17,5 +17,11 @@ class CountsParameters:
 
     def num_parameters(self: nn.Module, trainable_only: bool = False) -> int:
         """The number of scalar parameters (shared tensors counted once)."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+        return sum(
+            p.numel()
+            for p in self.parameters()
+            if p.requires_grad or not trainable_only
+        )
+
+
 # --8<-- [end:CountsParameters]

@@ -33,7 +33,11 @@ from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import relative_position_index
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
-from named_transformer.models.multihead import MultiHeadAttention, merge_heads, project_heads
+from named_transformer.models.multihead import (
+    MultiHeadAttention,
+    merge_heads,
+    project_heads,
+)
 
 __all__ = [
     "RelativeMultiHeadAttention",
@@ -57,9 +61,13 @@ def relative_attention_weights(
     $R^K = a^K_{\text{index}}$ looks up one row of $a^K$ per (query, key) pair.
     """
     relative_keys = a_k[index]  # seq_q seq key: a row lookup per (query, key) pair
-    relative = einsum(queries, relative_keys, "... seq_q key, seq_q seq key -> ... seq_q seq")
+    relative = einsum(
+        queries, relative_keys, "... seq_q key, seq_q seq key -> ... seq_q seq"
+    )
     scores = scaled_dot_score(queries, keys) + relative / math.sqrt(queries.shape[-1])
     return softmax(scores, mask)
+
+
 # --8<-- [end:relative_attention_weights]
 
 
@@ -73,8 +81,12 @@ def relative_attend(
 ) -> Float[Tensor, "*batch seq_q val"]:
     r"""$\alpha \ndot{seq} V + \alpha \ndot{seq} R^V$, $R^V = a^V_{\text{index}}$."""
     relative_values = a_v[index]  # seq_q seq val
-    relative = einsum(weights, relative_values, "... seq_q seq, seq_q seq val -> ... seq_q val")
+    relative = einsum(
+        weights, relative_values, "... seq_q seq, seq_q seq val -> ... seq_q val"
+    )
     return attend(weights, values) + relative
+
+
 # --8<-- [end:relative_attend]
 
 
@@ -97,7 +109,9 @@ def relative_multihead_attention(
     offset: int = 0,
     dropout: float = 0.0,
     training: bool = False,
-) -> tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]:
+) -> tuple[
+    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
+]:
     r"""Multi-head attention with Shaw et al.'s relative terms; $k = (|\mathsf{distance}| - 1)/2$.
 
     The first query sits at position ``offset`` (the cache length when decoding step by
@@ -115,6 +129,8 @@ def relative_multihead_attention(
     weights = relative_attention_weights(queries, keys, a_k, index, mask)
     dropped = drop(weights, dropout, training)
     return merge_heads(relative_attend(dropped, values, a_v, index), w_o, b_o), weights
+
+
 # --8<-- [end:relative_multihead_attention]
 
 
@@ -128,11 +144,15 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     def __init__(self, layer: int, heads: int, max_distance: int, **options) -> None:
         if options.get("fused"):
-            raise ValueError("relative attention adds a^K to the scores before the softmax, "
-                             "which the fused kernel cannot: fused=True is not available here")
+            raise ValueError(
+                "relative attention adds a^K to the scores before the softmax, "
+                "which the fused kernel cannot: fused=True is not available here"
+            )
         super().__init__(layer, heads, **options)
         if max_distance < 0:
-            raise ValueError(f"max_distance (clipping distance k) must be >= 0, got {max_distance}")
+            raise ValueError(
+                f"max_distance (clipping distance k) must be >= 0, got {max_distance}"
+            )
         self.max_distance = max_distance
         distance = 2 * max_distance + 1
         self.a_k = nn.Parameter(torch.randn(distance, self.key) / math.sqrt(self.key))
@@ -148,7 +168,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         offset: int = 0,
     ) -> (
         Float[Tensor, "*batch seq_q layer"]
-        | tuple[Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]]
+        | tuple[
+            Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
+        ]
     ):
         """As :meth:`MultiHeadAttention.forward`; ``offset`` is the first query's position."""
         memory = inputs if memory is None else memory
@@ -157,4 +179,6 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             self.b_q, self.b_k, self.b_v, self.b_o, offset, self.dropout, self.training,
         )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
+
+
 # --8<-- [end:RelativeMultiHeadAttention]

@@ -63,6 +63,8 @@ def elman_cell(
         + einsum(w_input, inputs, "hidden_next input, ... input -> ... hidden_next")
         + bias
     )
+
+
 # --8<-- [end:elman_cell]
 
 
@@ -99,6 +101,8 @@ def gru_cell(
     update = torch.sigmoid(i_z + h_z)
     candidate = torch.tanh(i_n + reset * h_n)
     return (1 - update) * candidate + update * state
+
+
 # --8<-- [end:gru_cell]
 
 
@@ -122,14 +126,24 @@ def lstm_cell(
       h' = \sigma(G_o) \odot \tanh(c').$$
     """
     gates = (
-        einsum(w_input, inputs, "gates hidden_next input, ... input -> ... gates hidden_next")
-        + einsum(w_hidden, state, "gates hidden_next hidden, ... hidden -> ... gates hidden_next")
+        einsum(
+            w_input,
+            inputs,
+            "gates hidden_next input, ... input -> ... gates hidden_next",
+        )
+        + einsum(
+            w_hidden,
+            state,
+            "gates hidden_next hidden, ... hidden -> ... gates hidden_next",
+        )
         + b_input
         + b_hidden
     )
     g_i, g_f, g_g, g_o = _split_gates(gates, 4, "lstm_cell")
     cell_next = torch.sigmoid(g_f) * cell + torch.sigmoid(g_i) * torch.tanh(g_g)
     return torch.sigmoid(g_o) * torch.tanh(cell_next), cell_next
+
+
 # --8<-- [end:lstm_cell]
 
 
@@ -159,9 +173,13 @@ class ElmanCell(nn.Module):
 
     @checked
     def forward(
-        self, inputs: Float[Tensor, "*batch input"], state: Float[Tensor, "*batch hidden"]
+        self,
+        inputs: Float[Tensor, "*batch input"],
+        state: Float[Tensor, "*batch hidden"],
     ) -> Float[Tensor, "*batch hidden"]:
         return elman_cell(inputs, state, self.w_input, self.w_hidden, self.bias)
+
+
 # --8<-- [end:ElmanCell]
 
 
@@ -179,9 +197,15 @@ class GRUCell(nn.Module):
 
     @checked
     def forward(
-        self, inputs: Float[Tensor, "*batch input"], state: Float[Tensor, "*batch hidden"]
+        self,
+        inputs: Float[Tensor, "*batch input"],
+        state: Float[Tensor, "*batch hidden"],
     ) -> Float[Tensor, "*batch hidden"]:
-        return gru_cell(inputs, state, self.w_input, self.w_hidden, self.b_input, self.b_hidden)
+        return gru_cell(
+            inputs, state, self.w_input, self.w_hidden, self.b_input, self.b_hidden
+        )
+
+
 # --8<-- [end:GRUCell]
 
 
@@ -205,6 +229,14 @@ class LSTMCell(nn.Module):
         cell: Float[Tensor, "*batch hidden"],
     ) -> tuple[Float[Tensor, "*batch hidden"], Float[Tensor, "*batch hidden"]]:
         return lstm_cell(
-            inputs, state, cell, self.w_input, self.w_hidden, self.b_input, self.b_hidden
+            inputs,
+            state,
+            cell,
+            self.w_input,
+            self.w_hidden,
+            self.b_input,
+            self.b_hidden,
         )
+
+
 # --8<-- [end:LSTMCell]

@@ -81,6 +81,8 @@ def recurrence(
         state = torch.where(keep[t], cell(steps[t], state), state)
         states[t] = state * keep[t]
     return rearrange(states, "seq ... hidden -> ... seq hidden"), state
+
+
 # --8<-- [end:recurrence]
 
 
@@ -92,8 +94,11 @@ def bidirectional_annotations(
 ) -> Float[Tensor, "*batch seq annotation"]:
     r"""$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]$: $|\mathsf{annotation}| = 2|\mathsf{hidden}|$."""
     return rearrange(
-        [forward_states, backward_states], "direction ... seq hidden -> ... seq (direction hidden)"
+        [forward_states, backward_states],
+        "direction ... seq hidden -> ... seq (direction hidden)",
     )
+
+
 # --8<-- [end:bidirectional_annotations]
 
 
@@ -107,6 +112,8 @@ def reverse_padded(
     lengths = rearrange(lengths, "... -> ... 1")
     index = torch.where(positions < lengths, lengths - 1 - positions, positions)
     return torch.gather(tokens, -1, index)  # allow-raw: gather along seq by position
+
+
 # --8<-- [end:reverse_padded]
 
 
@@ -124,12 +131,16 @@ def bahdanau_attention(
     the single query (a size-1 $\mathsf{seq'}$ axis). Returns $(c_i, \alpha_i)$.
     """
     query = rearrange(previous_state, "... hidden -> ... 1 hidden")
-    weights = softmax(score(query, annotations), rearrange(mask, "... seq -> ... 1 seq"))
+    weights = softmax(
+        score(query, annotations), rearrange(mask, "... seq -> ... 1 seq")
+    )
     context = attend(weights, annotations)
     return (
         rearrange(context, "... 1 annotation -> ... annotation"),
         rearrange(weights, "... 1 seq -> ... seq"),
     )
+
+
 # --8<-- [end:bahdanau_attention]
 
 
@@ -156,6 +167,8 @@ def readout(
         + einsum(w_embedded, embedded, "vocab layer, ... layer -> ... vocab")
         + bias
     )
+
+
 # --8<-- [end:readout]
 
 
@@ -197,16 +210,24 @@ class BidirectionalEncoder(nn.Module):
         backward_states, backward_first = recurrence(
             inputs, mask, initial, self.backward_cell, reverse=True
         )
-        return bidirectional_annotations(forward_states, backward_states), backward_first
+        return bidirectional_annotations(
+            forward_states, backward_states
+        ), backward_first
+
+
 # --8<-- [end:BidirectionalEncoder]
 
 
 class _Decoder(nn.Module):
     """The loop shared by both decoders: teacher forcing, greedy decoding, readout."""
 
-    def __init__(self, vocab: int, layer: int, hidden: int, context: int, memory: int) -> None:
+    def __init__(
+        self, vocab: int, layer: int, hidden: int, context: int, memory: int
+    ) -> None:
         super().__init__()
-        _check_positive(vocab=vocab, layer=layer, hidden=hidden, context=context, memory=memory)
+        _check_positive(
+            vocab=vocab, layer=layer, hidden=hidden, context=context, memory=memory
+        )
         self.embedding = nn.Parameter(torch.randn(vocab, layer) * 0.1)
         self.cell = GRUCell(layer + context, hidden)
         self.w_initial = _uniform(memory, hidden, memory)
@@ -225,14 +246,24 @@ class _Decoder(nn.Module):
         inputs, _ = pack([embedded, context], "batch *")
         state = self.cell(inputs, state)
         logits = readout(
-            state, context, embedded, self.w_state, self.w_context, self.w_embedded, self.b_out
+            state,
+            context,
+            embedded,
+            self.w_state,
+            self.w_context,
+            self.w_embedded,
+            self.b_out,
         )
         return logits, state, weights
 
-    def run(self, summary, annotations, mask, targets, bos, teacher_forcing, steps, eos):
+    def run(
+        self, summary, annotations, mask, targets, bos, teacher_forcing, steps, eos
+    ):
         """Decode ``steps`` tokens; feed the truth with probability ``teacher_forcing``."""
         state = torch.tanh(
-            einsum(self.w_initial, summary, "hidden memory, batch memory -> batch hidden")
+            einsum(
+                self.w_initial, summary, "hidden memory, batch memory -> batch hidden"
+            )
             + self.b_initial
         )
         previous = torch.full_like(summary[:, 0], bos, dtype=torch.long)
@@ -246,7 +277,9 @@ class _Decoder(nn.Module):
             if targets is not None and teacher_forcing >= 1.0:
                 previous = targets[:, i]
             elif targets is not None and teacher_forcing > 0.0:
-                use_truth = torch.rand(previous.shape, device=previous.device) < teacher_forcing
+                use_truth = (
+                    torch.rand(previous.shape, device=previous.device) < teacher_forcing
+                )
                 previous = torch.where(use_truth, targets[:, i], predicted)
             else:
                 previous = predicted
@@ -300,7 +333,10 @@ class AttentionDecoder(_Decoder):
         """The alignment model $a$ with this decoder's weights bound."""
         if self.score in ("additive", "concat"):
             return functools.partial(
-                additive_score, w_query=self.w_query, w_key=self.w_key, w_score=self.w_score
+                additive_score,
+                w_query=self.w_query,
+                w_key=self.w_key,
+                w_score=self.w_score,
             )
         if self.score == "general":
             return functools.partial(general_score, weight=self.w_general)
@@ -323,7 +359,11 @@ class AttentionDecoder(_Decoder):
     ) -> tuple[Float[Tensor, "batch seq_q vocab"], Float[Tensor, "batch seq_q seq"]]:
         """Logits for each target position and the alignment matrix $\\alpha$."""
         steps = targets.shape[-1] if steps is None else steps
-        return self.run(summary, annotations, mask, targets, bos, teacher_forcing, steps, eos)
+        return self.run(
+            summary, annotations, mask, targets, bos, teacher_forcing, steps, eos
+        )
+
+
 # --8<-- [end:AttentionDecoder]
 
 
@@ -356,15 +396,21 @@ class FixedContextDecoder(_Decoder):
         steps = targets.shape[-1] if steps is None else steps
         annotations = rearrange(summary, "batch memory -> batch 1 memory")
         mask = torch.ones_like(annotations[:, :, 0], dtype=torch.bool)
-        logits, _ = self.run(summary, annotations, mask, targets, bos, teacher_forcing, steps, eos)
+        logits, _ = self.run(
+            summary, annotations, mask, targets, bos, teacher_forcing, steps, eos
+        )
         return logits
+
+
 # --8<-- [end:FixedContextDecoder]
 
 
 def _truncate_after_eos(tokens: Tensor, eos: int | None, pad: int) -> Tensor:
     if eos is None:
         return tokens
-    seen = torch.cumsum(tokens == eos, -1)  # allow-raw: running count of eos along seq_q
+    seen = torch.cumsum(
+        tokens == eos, -1
+    )  # allow-raw: running count of eos along seq_q
     after = (seen - (tokens == eos).long()) > 0
     return tokens.masked_fill(after, pad)
 
@@ -408,11 +454,16 @@ class BahdanauSeq2Seq(nn.Module):
     ) -> tuple[Float[Tensor, "batch seq_q vocab"], Float[Tensor, "batch seq_q seq"]]:
         annotations, backward_first = self.encoder(sources, lengths)
         mask = padding_mask(lengths, sources.shape[-1])
-        return self.decoder(annotations, mask, backward_first, targets, self.bos, teacher_forcing)
+        return self.decoder(
+            annotations, mask, backward_first, targets, self.bos, teacher_forcing
+        )
 
     @checked
     def greedy_decode(
-        self, sources: Int[Tensor, "batch seq"], lengths: Int[Tensor, " batch"], max_steps: int
+        self,
+        sources: Int[Tensor, "batch seq"],
+        lengths: Int[Tensor, " batch"],
+        max_steps: int,
     ) -> tuple[Int[Tensor, "batch seq_q"], Float[Tensor, "batch seq_q seq"]]:
         """Greedy decoding: tokens (``pad`` after the first ``eos``) and the alignments."""
         annotations, backward_first = self.encoder(sources, lengths)
@@ -422,6 +473,8 @@ class BahdanauSeq2Seq(nn.Module):
         )
         tokens = logits.argmax(-1)  # allow-raw: greedy choice over vocab
         return _truncate_after_eos(tokens, self.eos, self.pad), weights
+
+
 # --8<-- [end:BahdanauSeq2Seq]
 
 
@@ -474,15 +527,22 @@ class RNNEncoderDecoder(nn.Module):
         targets: Int[Tensor, "batch seq_q"],
         teacher_forcing: float = 1.0,
     ) -> Float[Tensor, "batch seq_q vocab"]:
-        return self.decoder(self.encode(sources, lengths), targets, self.bos, teacher_forcing)
+        return self.decoder(
+            self.encode(sources, lengths), targets, self.bos, teacher_forcing
+        )
 
     @checked
     def greedy_decode(
-        self, sources: Int[Tensor, "batch seq"], lengths: Int[Tensor, " batch"], max_steps: int
+        self,
+        sources: Int[Tensor, "batch seq"],
+        lengths: Int[Tensor, " batch"],
+        max_steps: int,
     ) -> Int[Tensor, "batch seq_q"]:
         logits = self.decoder(
             self.encode(sources, lengths), None, self.bos, 0.0, max_steps, self.eos
         )
         tokens = logits.argmax(-1)  # allow-raw: greedy choice over vocab
         return _truncate_after_eos(tokens, self.eos, self.pad)
+
+
 # --8<-- [end:RNNEncoderDecoder]

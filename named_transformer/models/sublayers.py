@@ -50,8 +50,12 @@ class LayerNorm(nn.Module):
         self.beta = nn.Parameter(torch.zeros(layer))
 
     @checked
-    def forward(self, inputs: Float[Tensor, "*batch layer"]) -> Float[Tensor, "*batch layer"]:
+    def forward(
+        self, inputs: Float[Tensor, "*batch layer"]
+    ) -> Float[Tensor, "*batch layer"]:
         return layer_norm(inputs, self.gamma, self.beta, self.eps)
+
+
 # --8<-- [end:LayerNorm]
 
 
@@ -73,7 +77,9 @@ class FeedForward(nn.Module):
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}"
+            )
         self.activation, self.dropout = activation, dropout
         bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
         self.w1 = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
@@ -86,8 +92,12 @@ class FeedForward(nn.Module):
         return dropout(hidden, self.dropout, self.training)
 
     @checked
-    def forward(self, inputs: Float[Tensor, "*batch layer"]) -> Float[Tensor, "*batch layer"]:
+    def forward(
+        self, inputs: Float[Tensor, "*batch layer"]
+    ) -> Float[Tensor, "*batch layer"]:
         return feed_forward(inputs, self.w1, self.b1, self.w2, self.b2, self._activate)
+
+
 # --8<-- [end:FeedForward]
 
 
@@ -100,7 +110,12 @@ class Residual(nn.Module):
     """
 
     def __init__(
-        self, layer: int, *, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5
+        self,
+        layer: int,
+        *,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        eps: float = 1e-5,
     ) -> None:
         super().__init__()
         self.norm = LayerNorm(layer, eps)
@@ -118,4 +133,6 @@ class Residual(nn.Module):
 
     def _drop(self, outputs: Tensor) -> Tensor:
         return dropout(outputs, self.dropout, self.training)
+
+
 # --8<-- [end:Residual]

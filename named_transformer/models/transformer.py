@@ -27,9 +27,15 @@ from named_transformer.models.parameters import CountsParameters
 __all__ = ["Transformer", "TransformerStacks"]
 
 
-def _by_kind(encoder: list[Tensor], decoder_self: list[Tensor], decoder_cross: list[Tensor]) -> dict[str, list[Tensor]]:
+def _by_kind(
+    encoder: list[Tensor], decoder_self: list[Tensor], decoder_cross: list[Tensor]
+) -> dict[str, list[Tensor]]:
     """The per-layer attention weights of each kind, as ``need_weights`` returns them."""
-    return {"encoder": encoder, "decoder_self": decoder_self, "decoder_cross": decoder_cross}
+    return {
+        "encoder": encoder,
+        "decoder_self": decoder_self,
+        "decoder_cross": decoder_cross,
+    }
 
 
 # --8<-- [start:TransformerStacks]
@@ -78,6 +84,8 @@ class TransformerStacks(CountsParameters, nn.Module):
             target, memory, target_mask, memory_mask, need_weights=True
         )
         return outputs, _by_kind(encoder_weights, self_weights, cross_weights)
+
+
 # --8<-- [end:TransformerStacks]
 
 
@@ -104,7 +112,9 @@ class Transformer(CountsParameters, nn.Module):
         self.positions = SinusoidalPositions(c.layer, dropout=c.dropout)
         self.stacks = TransformerStacks.build(c)
         table = self.target_embedding.table if tie_output else None
-        self.generator = Generator(c.layer, target_vocab, table=table, bias=not tie_output)
+        self.generator = Generator(
+            c.layer, target_vocab, table=table, bias=not tie_output
+        )
 
     @checked
     def encode(
@@ -114,7 +124,10 @@ class Transformer(CountsParameters, nn.Module):
         need_weights: bool = False,
     ) -> (
         Float[Tensor, "*batch seq layer"]
-        | tuple[Float[Tensor, "*batch seq layer"], list[Float[Tensor, "*batch heads seq seq"]]]
+        | tuple[
+            Float[Tensor, "*batch seq layer"],
+            list[Float[Tensor, "*batch heads seq seq"]],
+        ]
     ):
         """The memory $H$. ``source_mask`` marks real (non-padding) source tokens."""
         embedded = self.positions(self.source_embedding(source))
@@ -145,7 +158,9 @@ class Transformer(CountsParameters, nn.Module):
         if target_mask is None:
             target_mask = causal_mask(target.shape[-1], device=target.device)
         embedded = self.positions(self.target_embedding(target), offset)
-        decoded = self.stacks.decoder(embedded, memory, target_mask, source_mask, need_weights)
+        decoded = self.stacks.decoder(
+            embedded, memory, target_mask, source_mask, need_weights
+        )
         if need_weights:
             hidden, self_weights, cross_weights = decoded
             return self.generator(hidden), self_weights, cross_weights
@@ -176,4 +191,6 @@ class Transformer(CountsParameters, nn.Module):
             target, memory, source_mask, target_mask, need_weights=True
         )
         return log_probs, _by_kind(encoder_weights, self_weights, cross_weights)
+
+
 # --8<-- [end:Transformer]

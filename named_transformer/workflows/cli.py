@@ -44,7 +44,9 @@ def _score_lines(results: dict) -> list[str]:
     if results["task"] == "sentiment":
         lines = [f"held-out accuracy: {100 * results['held_out']:.1f}%"]
         if "contrast" in results:
-            lines.append(f"negation contrast accuracy: {100 * results['contrast']:.1f}%")
+            lines.append(
+                f"negation contrast accuracy: {100 * results['contrast']:.1f}%"
+            )
         return lines
     return [f"held-out exact match: {100 * results['held_out']:.1f}%"]
 
@@ -52,9 +54,13 @@ def _score_lines(results: dict) -> list[str]:
 def _figure(run: dict, source: Sequence[str], path: Path, title: str) -> None:
     from named_transformer.workflows.runner import attention_figure, attention_maps
 
-    prediction, maps = attention_maps(run["model"], run["spec"], run["vocabulary"], source)
+    prediction, maps = attention_maps(
+        run["model"], run["spec"], run["vocabulary"], source
+    )
     if maps:
-        attention_figure(maps, path, title=f"{title}: {detokenize(run['spec']['task'], prediction)}")
+        attention_figure(
+            maps, path, title=f"{title}: {detokenize(run['spec']['task'], prediction)}"
+        )
         print(f"attention maps: {path}")
     else:
         print("attention maps: none (the bag-of-words model has no attention)")
@@ -78,7 +84,12 @@ def _train(args: argparse.Namespace) -> int:
     print(f"trained {results['kind']} ({results['parameters']:,} parameters) for "
           f"{results['steps']} steps in {results['seconds']:.0f} s; checkpoint: {out / 'checkpoint.pt'}")  # fmt: skip
     example = held_out(args.task, run["data"], 1)[0]
-    _figure(run, example.source, out / "attention.png", detokenize(args.task, example.source))
+    _figure(
+        run,
+        example.source,
+        out / "attention.png",
+        detokenize(args.task, example.source),
+    )
     for line in _score_lines(results):
         print(line)
     return 0
@@ -86,7 +97,12 @@ def _train(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     require("matplotlib")
-    from named_transformer.workflows.runner import contrast_examples, evaluate_model, held_out, load_run
+    from named_transformer.workflows.runner import (
+        contrast_examples,
+        evaluate_model,
+        held_out,
+        load_run,
+    )
 
     run = load_run(args.checkpoint)
     task = run["spec"]["task"]
@@ -95,8 +111,12 @@ def _evaluate(args: argparse.Namespace) -> int:
                                                         run["vocabulary"], examples)}  # fmt: skip
     if task == "sentiment":
         contrast = contrast_examples(args.n)
-        results["contrast"] = evaluate_model(run["model"], run["spec"], run["vocabulary"], contrast)
-    figure = Path(args.figure or Path(args.checkpoint).with_name("attention-evaluate.png"))
+        results["contrast"] = evaluate_model(
+            run["model"], run["spec"], run["vocabulary"], contrast
+        )
+    figure = Path(
+        args.figure or Path(args.checkpoint).with_name("attention-evaluate.png")
+    )
     _figure(run, examples[0].source, figure, detokenize(task, examples[0].source))
     print(f"{len(examples)} held-out examples of {task}, {run['spec']['kind']} "
           f"after {run['step']} steps")  # fmt: skip
@@ -120,7 +140,9 @@ def _decode(args: argparse.Namespace) -> int:
         seed=args.seed,
     )  # fmt: skip
     print(detokenize(task, output))
-    figure = Path(args.figure or Path(args.checkpoint).with_name("attention-decode.png"))
+    figure = Path(
+        args.figure or Path(args.checkpoint).with_name("attention-decode.png")
+    )
     _figure(run, source, figure, detokenize(task, source))
     return 0
 
@@ -129,7 +151,9 @@ def parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m named_transformer``."""
     from named_transformer.workflows.runner import KINDS, SIZES
 
-    top = argparse.ArgumentParser(prog="python -m named_transformer", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(
+        prog="python -m named_transformer", description=__doc__.splitlines()[0]
+    )
     commands = top.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train a model on a generated task")
@@ -139,7 +163,9 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--size", choices=sorted(SIZES), default="small")
     train.add_argument("--positions", choices=["sinusoidal", "learned", "relative"],
                        default="sinusoidal")  # fmt: skip
-    train.add_argument("--steps", type=int, default=3000, help="at most this many steps")
+    train.add_argument(
+        "--steps", type=int, default=3000, help="at most this many steps"
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", help="output directory (default runs/TASK)")
     train.add_argument("--batch-size", type=int, default=64)
@@ -159,7 +185,9 @@ def parser() -> argparse.ArgumentParser:
                        help="continue from OUT/checkpoint.pt (exactly) up to --steps")  # fmt: skip
     train.set_defaults(run=_train)
 
-    evaluate = commands.add_parser("evaluate", help="score a checkpoint on held-out data")
+    evaluate = commands.add_parser(
+        "evaluate", help="score a checkpoint on held-out data"
+    )
     evaluate.add_argument("checkpoint")
     evaluate.add_argument("--n", type=int, default=1000, help="held-out examples")
     evaluate.add_argument("--figure", help="where to write the attention maps")
@@ -168,10 +196,16 @@ def parser() -> argparse.ArgumentParser:
     decode = commands.add_parser("decode", help="decode one input with a checkpoint")
     decode.add_argument("checkpoint")
     decode.add_argument("input")
-    decode.add_argument("--method", choices=["greedy", "beam", "sample"], default="greedy")
+    decode.add_argument(
+        "--method", choices=["greedy", "beam", "sample"], default="greedy"
+    )
     decode.add_argument("--width", type=int, default=4, help="beam width")
-    decode.add_argument("--alpha", type=float, default=0.6, help="beam length penalty α")
-    decode.add_argument("--temperature", type=float, default=1.0, help="sampling T = 1/β")
+    decode.add_argument(
+        "--alpha", type=float, default=0.6, help="beam length penalty α"
+    )
+    decode.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling T = 1/β"
+    )
     decode.add_argument("--top-k", type=int, default=None)
     decode.add_argument("--seed", type=int, default=0)
     decode.add_argument("--figure", help="where to write the attention maps")

@@ -39,7 +39,11 @@ from named_transformer.models.embedding import LearnedPositions
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.relative import RelativeMultiHeadAttention
 from named_transformer.models.transformer import Transformer
-from named_transformer.workflows.sentiment import LABELS, BagOfWords, negation_contrast_set
+from named_transformer.workflows.sentiment import (
+    LABELS,
+    BagOfWords,
+    negation_contrast_set,
+)
 from named_transformer.workflows.tasks import (
     TASKS,
     Example,
@@ -95,7 +99,9 @@ class NoPositions(nn.Module):
         self.dropout = dropout
 
     @checked
-    def forward(self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0) -> Float[Tensor, "*batch seq layer"]:
+    def forward(
+        self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
+    ) -> Float[Tensor, "*batch seq layer"]:
         del offset
         return dropout(inputs, self.dropout, self.training)
 
@@ -112,7 +118,9 @@ def make_spec(
     dropout: float = 0.1,
 ) -> dict[str, Any]:
     """The JSON-friendly description of a model for ``task`` (validated here)."""
-    kind = kind or ("classifier" if TASKS[task].kind == "classify" else "encoder-decoder")
+    kind = kind or (
+        "classifier" if TASKS[task].kind == "classify" else "encoder-decoder"
+    )
     if kind not in KINDS:
         raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
     if (TASKS[task].kind == "classify") != (kind in ("classifier", "bag-of-words")):
@@ -120,7 +128,9 @@ def make_spec(
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     if positions not in ("sinusoidal", "learned", "relative"):
-        raise ValueError(f"positions must be sinusoidal, learned or relative, got {positions!r}")
+        raise ValueError(
+            f"positions must be sinusoidal, learned or relative, got {positions!r}"
+        )
     s = SIZES[size]
     config = TransformerConfig(
         encoder_layers=s["layers"], decoder_layers=s["layers"], layer=s["layer"],
@@ -135,7 +145,9 @@ def make_spec(
 def _relative(model: nn.Module, config: TransformerConfig, max_distance: int) -> None:
     for module in list(model.modules()):
         attention = getattr(module, "self_attention", None)
-        if attention is not None and not isinstance(attention, RelativeMultiHeadAttention):
+        if attention is not None and not isinstance(
+            attention, RelativeMultiHeadAttention
+        ):
             module.self_attention = RelativeMultiHeadAttention(
                 config.layer, config.heads, max_distance, dropout=config.dropout
             )
@@ -157,14 +169,18 @@ def build_model(spec: dict[str, Any]) -> nn.Module:
     else:
         model = Transformer(vocab, vocab, config)
     if spec["positions"] == "learned":
-        model.positions = LearnedPositions(spec["max_positions"], config.layer, dropout=config.dropout)
+        model.positions = LearnedPositions(
+            spec["max_positions"], config.layer, dropout=config.dropout
+        )
     elif spec["positions"] == "relative":
         model.positions = NoPositions(config.dropout)
         _relative(model, config, spec["max_distance"])
     return model
 
 
-def make_collate(spec: dict[str, Any], vocabulary: Vocabulary) -> Callable[[list[Example]], Any]:
+def make_collate(
+    spec: dict[str, Any], vocabulary: Vocabulary
+) -> Callable[[list[Example]], Any]:
     """The batching function of the model's kind."""
     kind = spec["kind"]
     if kind == "decoder-only":
@@ -174,16 +190,22 @@ def make_collate(spec: dict[str, Any], vocabulary: Vocabulary) -> Callable[[list
     return lambda examples: collate(examples, vocabulary)
 
 
-def loss_function(spec: dict[str, Any], vocabulary: Vocabulary, smoothing: float = 0.1) -> LossFunction:
+def loss_function(
+    spec: dict[str, Any], vocabulary: Vocabulary, smoothing: float = 0.1
+) -> LossFunction:
     """``loss(model, batch) -> (summed label-smoothed cross-entropy, target count)``."""
     kind, pad = spec["kind"], vocabulary.pad
 
     def seq2seq(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
-        log_probs = model(batch.source, batch.target_in, batch.source_mask, batch.target_mask)
+        log_probs = model(
+            batch.source, batch.target_in, batch.source_mask, batch.target_mask
+        )
         return smoothed_cross_entropy(log_probs, batch.target_out, pad, smoothing)
 
     def language(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
-        return smoothed_cross_entropy(model(batch.inputs), batch.outputs, pad, smoothing)
+        return smoothed_cross_entropy(
+            model(batch.inputs), batch.outputs, pad, smoothing
+        )
 
     def classify(model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
         logits = model(batch.source, batch.mask)
@@ -222,10 +244,15 @@ def decode_examples(
     if kind in ("classifier", "bag-of-words"):
         out = []
         for start in range(0, len(sources), batch_size):
-            chunk = [Example(tuple(s), (LABELS[0],)) for s in sources[start : start + batch_size]]
+            chunk = [
+                Example(tuple(s), (LABELS[0],))
+                for s in sources[start : start + batch_size]
+            ]
             batch = collate_classify(chunk, vocabulary, LABELS)
             logits = model(batch.source, batch.mask)
-            out += [(LABELS[i],) for i in logits.argmax(-1).tolist()]  # allow-raw: best class
+            out += [
+                (LABELS[i],) for i in logits.argmax(-1).tolist()
+            ]  # allow-raw: best class
         return out
     generator = torch.Generator().manual_seed(seed)
     results: dict[int, tuple[str, ...]] = {}
@@ -250,15 +277,27 @@ def decode_examples(
             if method == "greedy":
                 decoded = greedy(decoder, begin, limit, vocabulary.eos, vocabulary.pad)
             elif method == "beam":
-                decoded = beam_search(decoder, begin, limit, vocabulary.eos, vocabulary.pad, width=width, alpha=alpha)
+                decoded = beam_search(
+                    decoder,
+                    begin,
+                    limit,
+                    vocabulary.eos,
+                    vocabulary.pad,
+                    width=width,
+                    alpha=alpha,
+                )
             elif method == "sample":
                 decoded = sample(
                     decoder, begin, limit, vocabulary.eos, vocabulary.pad,
                     temperature=temperature, top_k=top_k, generator=generator,
                 )  # fmt: skip
             else:
-                raise ValueError(f"method must be greedy, beam or sample, got {method!r}")
-            for i, ids in zip(chunk, strip_after_eos(decoded.tokens, vocabulary.eos), strict=True):
+                raise ValueError(
+                    f"method must be greedy, beam or sample, got {method!r}"
+                )
+            for i, ids in zip(
+                chunk, strip_after_eos(decoded.tokens, vocabulary.eos), strict=True
+            ):
                 results[i] = vocabulary.decode(ids)
     return [results[i] for i in range(len(sources))]
 
@@ -271,12 +310,16 @@ def evaluate_model(
     **options: Any,
 ) -> float:
     """Exact match (a classifier: accuracy) of greedy decoding on ``examples``, in [0, 1]."""
-    predictions = decode_examples(model, spec, vocabulary, [e.source for e in examples], **options)
+    predictions = decode_examples(
+        model, spec, vocabulary, [e.source for e in examples], **options
+    )
     hits = sum(p == tuple(e.target) for p, e in zip(predictions, examples, strict=True))
     return hits / max(len(examples), 1)
 
 
-def held_out(task: str, data: dict[str, Any], n: int = 1000, split: str = "test") -> list[Example]:
+def held_out(
+    task: str, data: dict[str, Any], n: int = 1000, split: str = "test"
+) -> list[Example]:
     """The held-out examples of a run (``data`` holds the task's seed and lengths)."""
     return make_task(task, n, data["seed"], split, data["min_len"], data["max_len"])
 
@@ -324,7 +367,9 @@ def train_task(
     """
     torch.manual_seed(seed)
     vocabulary = task_vocabulary(task, max_len)
-    spec = make_spec(task, kind, size, vocab=len(vocabulary), positions=positions, dropout=dropout)
+    spec = make_spec(
+        task, kind, size, vocab=len(vocabulary), positions=positions, dropout=dropout
+    )
     data = {"seed": seed, "min_len": min_len, "max_len": max_len}
     model = build_model(spec)
     train = make_task(task, train_size, seed, "train", min_len, max_len)
@@ -339,8 +384,14 @@ def train_task(
     )  # fmt: skip
     meta = {"spec": spec, "vocabulary": vocabulary.to_list(), "data": data}
 
-    def reached(_: dict[str, float]) -> bool:  # the last `patience` evaluations at the target
-        scores = [record.metrics["valid"] for record in trainer.history if "valid" in record.metrics]
+    def reached(
+        _: dict[str, float],
+    ) -> bool:  # the last `patience` evaluations at the target
+        scores = [
+            record.metrics["valid"]
+            for record in trainer.history
+            if "valid" in record.metrics
+        ]
         return len(scores) >= patience and min(scores[-patience:]) >= target
 
     trainer = Trainer(
@@ -351,7 +402,9 @@ def train_task(
     if resume and directory is not None and Path(directory, "checkpoint.pt").exists():
         trainer.load(Path(directory, "checkpoint.pt"))
         if Path(directory, "metrics.json").exists():
-            earlier = json.loads(Path(directory, "metrics.json").read_text()).get("seconds", 0.0)
+            earlier = json.loads(Path(directory, "metrics.json").read_text()).get(
+                "seconds", 0.0
+            )
     started = time.perf_counter()
     trainer.fit()
     seconds = earlier + time.perf_counter() - started
@@ -362,7 +415,9 @@ def train_task(
         "held_out": evaluate_model(model, spec, vocabulary, held_out(task, data, test_size)),
     }  # fmt: skip
     if task == "sentiment":
-        results["contrast"] = evaluate_model(model, spec, vocabulary, contrast_examples(test_size))
+        results["contrast"] = evaluate_model(
+            model, spec, vocabulary, contrast_examples(test_size)
+        )
     if directory is not None and trainer.rank == 0:
         Path(directory, "metrics.json").write_text(json.dumps(results, indent=2))
     return {
@@ -394,7 +449,10 @@ def _labels(tokens: Sequence[str]) -> list[str]:
 @checked
 @torch.no_grad()
 def attention_maps(
-    model: nn.Module, spec: dict[str, Any], vocabulary: Vocabulary, source: Sequence[str]
+    model: nn.Module,
+    spec: dict[str, Any],
+    vocabulary: Vocabulary,
+    source: Sequence[str],
 ) -> tuple[tuple[str, ...], list[AttentionMap]]:
     """Decode ``source`` greedily, then return (prediction, maps): one entry per attention
     kind and layer, ``(title, weights heads×seq_q×seq, query labels, key labels)``."""
@@ -405,10 +463,19 @@ def attention_maps(
     if kind == "bag-of-words":
         return prediction, maps
     if kind == "classifier":
-        batch = collate_classify([Example(tuple(source), (LABELS[0],))], vocabulary, LABELS)
+        batch = collate_classify(
+            [Example(tuple(source), (LABELS[0],))], vocabulary, LABELS
+        )
         _, weights = model(batch.source, batch.mask, need_weights=True)
         for i, w in enumerate(weights):
-            maps.append((f"encoder self-attention, layer {i + 1}", w[0], source_labels, source_labels))
+            maps.append(
+                (
+                    f"encoder self-attention, layer {i + 1}",
+                    w[0],
+                    source_labels,
+                    source_labels,
+                )
+            )
         return prediction, maps
     if kind == "decoder-only":
         batch = collate_lm([Example(tuple(source), tuple(prediction))], vocabulary)
@@ -433,7 +500,9 @@ def attention_maps(
 
 
 @checked
-def attention_figure(maps: list[AttentionMap], path: str | Path, title: str = "") -> Path:
+def attention_figure(
+    maps: list[AttentionMap], path: str | Path, title: str = ""
+) -> Path:
     """Draw every (kind, layer) row of ``maps`` with one panel per head; save a PNG at ``path``."""
     from named_transformer.plot import _pyplot, attention_heatmap
 
@@ -442,7 +511,13 @@ def attention_figure(maps: list[AttentionMap], path: str | Path, title: str = ""
     rows = max(len(maps), 1)
     size = max((max(len(m[2]), len(m[3])) for m in maps), default=4)
     panel = min(max(0.22 * size + 1.2, 2.2), 6.0)
-    figure, axes = plt.subplots(rows, heads, figsize=(panel * heads, panel * rows), squeeze=False, layout="constrained")
+    figure, axes = plt.subplots(
+        rows,
+        heads,
+        figsize=(panel * heads, panel * rows),
+        squeeze=False,
+        layout="constrained",
+    )
     for row, (name, weights, queries, keys) in enumerate(maps):
         for head in range(heads):
             ax = axes[row][head]

@@ -54,7 +54,16 @@ NEGATIVE = (
     "bad", "awful", "terrible", "boring", "dull", "weak", "poor", "horrible",
     "tedious", "bland", "clumsy", "dreadful", "forgettable", "messy",
 )  # fmt: skip
-INTENSIFIERS = ("very", "really", "extremely", "truly", "incredibly", "quite", "so", "absolutely")
+INTENSIFIERS = (
+    "very",
+    "really",
+    "extremely",
+    "truly",
+    "incredibly",
+    "quite",
+    "so",
+    "absolutely",
+)
 NEGATORS = ("not", "never")
 OPENERS = ("honestly ,", "overall ,", "i think", "in my opinion ,", "to be fair ,")
 NEUTRAL = (
@@ -75,7 +84,9 @@ def _clause(rng: random.Random, positive: bool, negated: bool) -> list[str]:
     adjective_positive = positive != negated
     aspect, verb, negator = rng.choice(ASPECTS), rng.choice(VERBS), rng.choice(NEGATORS)
     intensifier = [rng.choice(INTENSIFIERS)] if rng.random() < 0.4 else []
-    adjective = (POSITIVE if adjective_positive else NEGATIVE)[rng.randrange(len(POSITIVE))]
+    adjective = (POSITIVE if adjective_positive else NEGATIVE)[
+        rng.randrange(len(POSITIVE))
+    ]
     # every draw is made whether or not the clause is negated, so a contrast pair
     # (same seed, negation toggled) differs only by the negator
     return [*aspect.split(), verb, *[negator] * negated, *intensifier, adjective]
@@ -115,7 +126,9 @@ def synthetic_review(rng: random.Random) -> tuple[Example, str]:
 
 # --8<-- [start:negation_contrast_set]
 @checked
-def negation_contrast_set(n: int, seed: int = 0, split: str = "test") -> list[tuple[Example, Example]]:
+def negation_contrast_set(
+    n: int, seed: int = 0, split: str = "test"
+) -> list[tuple[Example, Example]]:
     """``n`` pairs of one-clause reviews that differ only by a negator and have opposite labels.
 
     Both members of a pair belong to ``split`` (their key ignores the negator), so the
@@ -197,7 +210,9 @@ def load_imdb(root: str | Path, split: str = "train") -> list[Example]:
     for label, folder in ((LABELS[0], "neg"), (LABELS[1], "pos")):
         directory = base / split / folder
         if not directory.is_dir():
-            raise FileNotFoundError(f"no IMDB folder {directory} (expected aclImdb/{{train,test}}/{{pos,neg}})")
+            raise FileNotFoundError(
+                f"no IMDB folder {directory} (expected aclImdb/{{train,test}}/{{pos,neg}})"
+            )
         for path in sorted(directory.glob("*.txt")):
             examples.append(Example(words(path.read_text(encoding="utf-8")), (label,)))
     return examples
@@ -227,9 +242,16 @@ class BagOfWords(nn.Module):
         self, tokens: Int[Tensor, "*batch seq"], mask: Bool[Tensor, "*batch seq"]
     ) -> Float[Tensor, "*batch classes"]:
         weights = mask.to(self.table.dtype)
-        weights = weights / reduce(weights, "... seq -> ... 1", "sum")  # mean over real tokens
-        pooled = einsum(weights, self.table[tokens], "... seq, ... seq layer -> ... layer")
-        return einsum(pooled, self.w_out, "... layer, classes layer -> ... classes") + self.b_out
+        weights = weights / reduce(
+            weights, "... seq -> ... 1", "sum"
+        )  # mean over real tokens
+        pooled = einsum(
+            weights, self.table[tokens], "... seq, ... seq layer -> ... layer"
+        )
+        return (
+            einsum(pooled, self.w_out, "... layer, classes layer -> ... classes")
+            + self.b_out
+        )
 
 
 # --8<-- [end:BagOfWords]

@@ -118,11 +118,21 @@ MONTHS = (
     "january", "february", "march", "april", "may", "june",
     "july", "august", "september", "october", "november", "december",
 )  # fmt: skip
-WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+WEEKDAYS = (
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+)
 
 
 def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    suffix = (
+        "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    )
     return f"{n}{suffix}"
 
 
@@ -139,7 +149,9 @@ def date_formats() -> dict[str, Callable[[datetime.date], str]]:
         "Weekday, Month d, yyyy": lambda d: (
             f"{WEEKDAYS[d.weekday()].capitalize()}, {m(d).capitalize()} {d.day}, {d.year}"
         ),
-        "wkd d mon yyyy": lambda d: f"{WEEKDAYS[d.weekday()][:3]} {d.day} {m(d)[:3]} {d.year}",
+        "wkd d mon yyyy": lambda d: (
+            f"{WEEKDAYS[d.weekday()][:3]} {d.day} {m(d)[:3]} {d.year}"
+        ),
         "the dth of month yyyy": lambda d: f"the {_ordinal(d.day)} of {m(d)} {d.year}",
         "Month dth, yyyy": lambda d: f"{m(d).capitalize()} {_ordinal(d.day)}, {d.year}",
         "m/d/yyyy": lambda d: f"{d.month}/{d.day}/{d.year}",
@@ -215,7 +227,9 @@ def make_task(
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not 1 <= min_len <= max_len:
-        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        raise ValueError(
+            f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}"
+        )
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(f"{name}/{seed}/{split}/{min_len}/{max_len}")
@@ -275,11 +289,21 @@ class Vocabulary:
         self.stoi = {token: i for i, token in enumerate(self.itos)}
 
     @classmethod
-    def build(cls, sequences: Iterable[Sequence[str]], min_count: int = 1, max_size: int | None = None) -> Vocabulary:
+    def build(
+        cls,
+        sequences: Iterable[Sequence[str]],
+        min_count: int = 1,
+        max_size: int | None = None,
+    ) -> Vocabulary:
         """The tokens seen at least ``min_count`` times, most frequent first (ties by name)."""
         counts = Counter(token for sequence in sequences for token in sequence)
-        ranked = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
-        return cls(ranked[: None if max_size is None else max(0, max_size - len(SPECIALS))])
+        ranked = sorted(
+            (t for t, c in counts.items() if c >= min_count),
+            key=lambda t: (-counts[t], t),
+        )
+        return cls(
+            ranked[: None if max_size is None else max(0, max_size - len(SPECIALS))]
+        )
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -287,7 +311,9 @@ class Vocabulary:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Vocabulary) and self.itos == other.itos
 
-    def encode(self, tokens: Iterable[str], bos: bool = False, eos: bool = False) -> list[int]:
+    def encode(
+        self, tokens: Iterable[str], bos: bool = False, eos: bool = False
+    ) -> list[int]:
         """Ids of ``tokens`` (unknown tokens → ``<unk>``), optionally framed by bos/eos."""
         ids = [self.stoi.get(token, self.unk) for token in tokens]
         return [self.bos] * bos + ids + [self.eos] * eos
@@ -362,7 +388,9 @@ class Batch:
     def target_mask(self) -> Bool[Tensor, "batch seq_q seq_q"]:
         """Decoder self-attention: causal and ignoring padded target keys."""
         t = self.target_in.shape[-1]
-        return causal_mask(t, device=self.target_in.device) & key_padding_mask(self.target_lengths, t)
+        return causal_mask(t, device=self.target_in.device) & key_padding_mask(
+            self.target_lengths, t
+        )
 
     @property
     def target_tokens(self) -> int:
@@ -390,7 +418,9 @@ class LMBatch:
     def mask(self) -> Bool[Tensor, "batch seq seq"]:
         """Causal and ignoring padded keys."""
         t = self.inputs.shape[-1]
-        return causal_mask(t, device=self.inputs.device) & key_padding_mask(self.lengths, t)
+        return causal_mask(t, device=self.inputs.device) & key_padding_mask(
+            self.lengths, t
+        )
 
     @property
     def target_tokens(self) -> int:
@@ -428,7 +458,9 @@ def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
         prompt = vocabulary.encode(e.source) + [vocabulary.bos]
         rows.append(prompt + vocabulary.encode(e.target) + [vocabulary.eos])
         prompts.append(len(prompt))
-    outputs = [[vocabulary.pad] * (p - 1) + r[p:] for r, p in zip(rows, prompts, strict=True)]
+    outputs = [
+        [vocabulary.pad] * (p - 1) + r[p:] for r, p in zip(rows, prompts, strict=True)
+    ]
     return LMBatch(
         inputs=_pad([r[:-1] for r in rows], vocabulary.pad),
         outputs=_pad(outputs, vocabulary.pad),
@@ -463,7 +495,9 @@ class ClassifyBatch:
 
 # --8<-- [start:collate_classify]
 @checked
-def collate_classify(examples: Sequence[Example], vocabulary: Vocabulary, labels: Sequence[str]) -> ClassifyBatch:
+def collate_classify(
+    examples: Sequence[Example], vocabulary: Vocabulary, labels: Sequence[str]
+) -> ClassifyBatch:
     """Pad the sources of ``examples``; each target is one label out of ``labels``."""
     if not examples:
         raise ValueError("collate_classify needs at least one example")

@@ -54,7 +54,9 @@ __all__ = [
 def noam_rate(step: int, layer: int, warmup: int, factor: float = 1.0) -> float:
     r"""$\text{factor} \cdot |\mathsf{layer}|^{-1/2} \min(s^{-1/2}, s \cdot \text{warmup}^{-3/2})$, $s \ge 1$."""
     if step < 1 or warmup < 1 or layer < 1:
-        raise ValueError(f"need step, warmup, layer >= 1, got {step}, {warmup}, {layer}")
+        raise ValueError(
+            f"need step, warmup, layer >= 1, got {step}, {warmup}, {layer}"
+        )
     return factor * layer**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
@@ -77,7 +79,13 @@ def smoothed_cross_entropy(
     """
     flat = rearrange(log_probs, "... vocab -> (...) vocab")
     flat_targets = rearrange(targets, "... -> (...)")
-    loss = F.cross_entropy(flat, flat_targets, ignore_index=ignore, label_smoothing=smoothing, reduction="sum")
+    loss = F.cross_entropy(
+        flat,
+        flat_targets,
+        ignore_index=ignore,
+        label_smoothing=smoothing,
+        reduction="sum",
+    )
     return loss, (flat_targets != ignore).sum()
 
 
@@ -99,7 +107,9 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
     eval_every: int = 0  # 0: evaluate only at the end
-    checkpoint_every: int = 0  # 0: checkpoint only at the end (when a directory is given)
+    checkpoint_every: int = (
+        0  # 0: checkpoint only at the end (when a directory is given)
+    )
     log_every: int = 10
     seed: int = 0
     progress: bool = True
@@ -108,9 +118,13 @@ class TrainConfig:
         self.betas = tuple(self.betas)
         for name in ("steps", "batch_size", "layer", "warmup"):
             if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(
+                    f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}"
+                )
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+            raise ValueError(
+                f"label_smoothing must be in [0, 1), got {self.label_smoothing}"
+            )
 
 
 @dataclass
@@ -186,7 +200,9 @@ class Trainer:
             raise ValueError("Trainer needs at least one training example")
         self.rank, self.world = init_distributed()
         if config.batch_size % self.world:
-            raise ValueError(f"batch_size={config.batch_size} must be divisible by the {self.world} processes")
+            raise ValueError(
+                f"batch_size={config.batch_size} must be divisible by the {self.world} processes"
+            )
         self.model = model
         self.data, self.collate, self.loss, self.config = data, collate, loss, config
         self.evaluate, self.meta, self.stop = evaluate, dict(meta or {}), stop
@@ -211,7 +227,9 @@ class Trainer:
     def batch_indices(self, step: int) -> list[int]:
         """The global batch of ``step``: a function of (seed, step) only."""
         generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
-        return torch.randint(len(self.data), (self.config.batch_size,), generator=generator).tolist()
+        return torch.randint(
+            len(self.data), (self.config.batch_size,), generator=generator
+        ).tolist()
 
     def _run_evaluation(self) -> dict[str, float]:
         if self.evaluate is None:
@@ -255,7 +273,9 @@ class Trainer:
             loss, tokens = self.train_step()
             seen_tokens += tokens
             rate = seen_tokens / max(time.perf_counter() - started, 1e-9)
-            evaluate_now = self.step == config.steps or (config.eval_every and self.step % config.eval_every == 0)
+            evaluate_now = self.step == config.steps or (
+                config.eval_every and self.step % config.eval_every == 0
+            )
             metrics = self._run_evaluation() if evaluate_now else {}
             if metrics or self.step % config.log_every == 0 or self.step == 1:
                 self.history.append(Record(self.step, loss, lr, rate, metrics))
@@ -266,7 +286,11 @@ class Trainer:
                 })  # fmt: skip
             stopping = bool(metrics) and self.stop is not None and self.stop(metrics)
             if self.directory is not None and (
-                self.step == until or stopping or (config.checkpoint_every and self.step % config.checkpoint_every == 0)
+                self.step == until
+                or stopping
+                or (
+                    config.checkpoint_every and self.step % config.checkpoint_every == 0
+                )
             ):
                 self.save(self.directory / "checkpoint.pt")
             if stopping:
