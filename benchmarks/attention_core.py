@@ -1,4 +1,5 @@
-"""Benchmarks 1, 2 and 8: the attention core against SDPA, the score zoo, peak memory."""
+"""Benchmarks 1, 2 and 8: the attention core against SDPA, the score zoo, peak
+memory."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def _attention_pair(batch: int, heads: int, seq: int, key: int, repeats: int):
 
 
 def attention_vs_sdpa(quick: bool) -> str:
-    """1. nt.attention against F.scaled_dot_product_attention, causal mask, seq 64..2048."""
+    """1. nt.attention against F.scaled_dot_product_attention, causal mask, seq
+    64..2048."""
     lengths = [64, 256] if quick else [64, 256, 1024, 2048]
     batch, heads, key = 2, 8, 64
     rows = []
@@ -45,7 +47,8 @@ def attention_vs_sdpa(quick: bool) -> str:
         )
     header = ["seq", "named ms", "spread", "SDPA ms", "spread", "named / SDPA"]
     return table(
-        f"1. Attention core vs SDPA (batch {batch}, heads {heads}, key {key}, causal mask)",
+        f"1. Attention core vs SDPA (batch {batch}, heads {heads}, key {key}, "
+        "causal mask)",
         header,
         rows,
     )
@@ -88,8 +91,10 @@ mask = nt.causal_mask(seq)
 run = (lambda: nt.attention(q, k, v, mask)) if kind == "named" else (
     lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 def status(key):
-    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(key)) / 1024
-run()  # warm up, then reset the high-water mark (Linux: clear_refs 5) and measure one call
+    return next(int(l.split()[1]) for l in open("/proc/self/status")
+                if l.startswith(key)) / 1024
+# warm up, then reset the high-water mark (Linux: clear_refs 5) and measure one call
+run()
 open("/proc/self/clear_refs", "w").write("5")
 before = status("VmRSS")
 run()
@@ -98,7 +103,8 @@ print(json.dumps(status("VmHWM") - before))
 
 
 def peak_memory(quick: bool) -> str:
-    """8. Peak resident memory (MiB) a forward call adds, each kind in a fresh process (Linux)."""
+    """8. Peak resident memory (MiB) a forward call adds, each kind in a fresh process
+    (Linux)."""
     lengths = [256, 1024] if quick else [256, 1024, 2048, 4096]
     rows = []
     for seq in lengths:
@@ -114,7 +120,8 @@ def peak_memory(quick: bool) -> str:
         rows.append(cells)
     header = ["seq", "one score tensor MiB", "named peak MiB", "SDPA peak MiB"]
     return table(
-        "8. Peak memory of one attention call (batch 1, heads 8, key 64; rise of the RSS high-water mark)",
+        "8. Peak memory of one attention call (batch 1, heads 8, key 64; "
+        "rise of the RSS high-water mark)",
         header,
         rows,
     )

@@ -50,7 +50,8 @@ def interleaved(
 
 
 def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
-    """This machine's float32 matrix-multiply rate, GFLOP/s (the median of ``repeats``)."""
+    """This machine's float32 matrix-multiply rate, GFLOP/s (the median of
+    ``repeats``)."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     (timing,) = interleaved({"matmul": lambda: torch.mm(a, b)}, repeats)
     return 2 * size**3 / timing.median / 1e9

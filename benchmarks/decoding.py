@@ -3,10 +3,10 @@
 Four decoders run interleaved: the named cache (the default path the target counts),
 recomputing the prefix, the named step compiled over a fixed-size cache (the explicit
 option ``CompiledDecoder``), and a reference: the same cached decoding written with
-PyTorch's primitives (``F.linear``, ``F.scaled_dot_product_attention``, ``F.layer_norm``)
-over the weights of the ``nn.TransformerEncoderLayer`` stack that ``interop.to_torch``
-makes from the model. PyTorch has no cached decoder of its own; the reference measures
-what the named cached step costs over a hand-written one.
+PyTorch's primitives (``F.linear``, ``F.scaled_dot_product_attention``,
+``F.layer_norm``) over the weights of the ``nn.TransformerEncoderLayer`` stack that
+``interop.to_torch`` makes from the model. PyTorch has no cached decoder of its own;
+the reference measures what the named cached step costs over a hand-written one.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from named_transformer.models.language_model import LanguageModel
 
 
 class _PyTorchCachedStep:
-    """Next-token log-probabilities of a post-norm, tied-output language model, cached, in plain PyTorch."""
+    """Next-token log-probabilities of a post-norm, tied-output language model, cached,
+    in plain PyTorch."""
 
     def __init__(self, model: LanguageModel, capacity: int) -> None:
         c = model.config
@@ -116,7 +117,8 @@ def _decoders(model, tokens: int) -> dict[str, Callable[[], object]]:
 
 
 def _rows(model, prompt, tokens: int, repeats: int, threads: int) -> list[list[object]]:
-    """Every decoder, interleaved (medians of ``repeats``), against recomputing the prefix.
+    """Every decoder, interleaved (medians of ``repeats``), against recomputing the
+    prefix.
 
     The first decoding of each is the warm-up (it compiles the compiled one) and gives
     the largest log-probability difference from recomputation.
@@ -169,7 +171,10 @@ def kv_cache(quick: bool) -> str:
             torch.set_num_threads(threads)
             rows += _rows(model, prompt, tokens, repeats, threads)
     torch.set_num_threads(threads_before)
-    sizes = f"{config.decoder_layers} layers, layer {config.layer}, heads {config.heads}, hidden {config.hidden}"
+    sizes = (
+        f"{config.decoder_layers} layers, layer {config.layer}, heads {config.heads}, "
+        f"hidden {config.hidden}"
+    )
     header = [
         "threads",
         "decoding",

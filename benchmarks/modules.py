@@ -1,7 +1,8 @@
-"""Benchmarks 3-6: multi-head attention and a full training step against PyTorch's modules.
+"""Benchmarks 3-6: multi-head attention and a full training step against PyTorch's
+modules.
 
-Both sides hold the same weights (``interop.from_torch``), run forward and backward on the
-same inputs, interleaved in one process. FLOPs are counted with
+Both sides hold the same weights (``interop.from_torch``), run forward and backward on
+the same inputs, interleaved in one process. FLOPs are counted with
 ``torch.utils.flop_counter``; GFLOP/s = FLOPs of one step / median step time.
 """
 
@@ -41,7 +42,8 @@ def _row(label: str, named, reference, flops: int | None = None) -> list[object]
 
 
 def _attention_pair(batch: int, seq: int, layer: int, heads: int, fused: bool = False):
-    """Causal fwd+bwd steps of nn.MultiheadAttention and of the named module holding its weights."""
+    """Causal fwd+bwd steps of nn.MultiheadAttention and of the named module holding
+    its weights."""
     theirs = nn.MultiheadAttention(layer, heads, batch_first=True)
     ours = from_torch(theirs)
     if fused:
@@ -59,7 +61,8 @@ def _attention_pair(batch: int, seq: int, layer: int, heads: int, fused: bool = 
 
 
 def multihead(quick: bool) -> str:
-    """3 and 5: MultiHeadAttention forward+backward vs nn.MultiheadAttention, checks off and on."""
+    """3 and 5: MultiHeadAttention forward+backward vs nn.MultiheadAttention, checks
+    off and on."""
     batch, seq, layer, heads = (4, 16, 64, 4) if quick else (32, 64, 256, 8)
     named_step, torch_step = _attention_pair(batch, seq, layer, heads)
     repeats = 3 if quick else 40
@@ -91,7 +94,10 @@ def multihead(quick: bool) -> str:
         "spread",
         "named / torch",
     ]
-    title = f"3, 5. MultiHeadAttention forward+backward (batch {batch}, seq {seq}, layer {layer}, heads {heads}, causal)"
+    title = (
+        f"3, 5. MultiHeadAttention forward+backward (batch {batch}, seq {seq}, "
+        f"layer {layer}, heads {heads}, causal)"
+    )
     return table(title, header, rows)
 
 
@@ -113,7 +119,8 @@ def _ratios(timings) -> list[str]:
 
 
 def fused_option(quick: bool) -> str:
-    """9. The explicit fused-attention option (SDPA inside the named modules), checks off.
+    """9. The explicit fused-attention option (SDPA inside the named modules), checks
+    off.
 
     Reported apart: the targets hold for the default named path, which this is not.
     """
@@ -188,7 +195,10 @@ def _transformer_pair(quick: bool, dropout: float, fused: bool = False):
         ).square().mean().backward()
         optimisers[1].step()
 
-    sizes = f"layer {layer}, heads {heads}, {layers}+{layers} layers, hidden {hidden}, batch {batch} × seq {seq}"
+    sizes = (
+        f"layer {layer}, heads {heads}, {layers}+{layers} layers, hidden {hidden}, "
+        f"batch {batch} × seq {seq}"
+    )
     return ours, (source, target, causal), named_step, torch_step, sizes
 
 
@@ -233,12 +243,16 @@ def training_step(quick: bool, peak_gflops: float) -> str:
         "named GFLOP/s",
         "torch GFLOP/s",
     ]
-    title = f"4, 5. Training step vs nn.Transformer ({sizes}); matmul peak {peak_gflops:.0f} GFLOP/s"
+    title = (
+        f"4, 5. Training step vs nn.Transformer ({sizes}); "
+        f"matmul peak {peak_gflops:.0f} GFLOP/s"
+    )
     return table(title, header, rows)
 
 
 def _compiled_rows(quick: bool, dropout: float) -> tuple[list[list[str]], str]:
-    """Graph count and eager / compiled / nn.Transformer step times at one dropout rate."""
+    """Graph count and eager / compiled / nn.Transformer step times at one dropout
+    rate."""
     ours, (source, target, causal), named_step, torch_step, sizes = _transformer_pair(
         quick, dropout
     )
@@ -267,13 +281,20 @@ def _compiled_rows(quick: bool, dropout: float) -> tuple[list[list[str]], str]:
     )
     graphs = f"{explanation.graph_count} / {explanation.graph_break_count}"
     rows = [[f"dropout {dropout}: graphs / graph breaks", graphs, ""]]
-    rows += [[f"dropout {dropout}: {t.name}", ms(t.median), f"{t.median / reference.median:.3f}"]
-             for t in (eager, fast, reference)]  # fmt: skip
+    rows += [
+        [
+            f"dropout {dropout}: {t.name}",
+            ms(t.median),
+            f"{t.median / reference.median:.3f}",
+        ]
+        for t in (eager, fast, reference)
+    ]
     return rows, sizes
 
 
 def compiled(quick: bool) -> str:
-    """6. Eager vs torch.compile with checks off: fullgraph, graph breaks, speed (dropout 0.0 and 0.1)."""
+    """6. Eager vs torch.compile with checks off: fullgraph, graph breaks, speed
+    (dropout 0.0 and 0.1)."""
     rows = []
     with nt.shape_checks(False):
         for dropout in (0.0, 0.1):

@@ -176,4 +176,4 @@ __all__ = [
     "Transformer",
     "TransformerStacks",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

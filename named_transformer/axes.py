@@ -75,7 +75,8 @@ AXES: dict[str, Axis] = {
 _F = TypeVar("_F", bound=Callable)
 
 # --8<-- [start:checked]
-# PEP 484's numeric tower: an int is accepted where a float is annotated (beta=2, eps=0).
+# PEP 484's numeric tower: an int is accepted where a float is annotated (beta=2,
+# eps=0).
 _typechecker = beartype(conf=BeartypeConf(is_pep484_tower=True))
 
 

@@ -63,7 +63,8 @@ def attention_heatmap(
     cmap: str = "viridis",
     colorbar: bool = True,
 ) -> Any:
-    r"""Draw attention weights $A \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq}}$ as a heatmap.
+    r"""Draw attention weights $A \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq}}$ as
+    a heatmap.
 
     Rows are queries ($\mathsf{seq'}$), columns are keys ($\mathsf{seq}$), labelled with
     the tokens when given; ``annotate`` writes each weight in its cell. A boolean mask
@@ -114,7 +115,8 @@ def table_heatmap(
     xlabel: str = "channel (layer)",
     ylabel: str = "position (seq)",
 ) -> Any:
-    r"""Draw a table over $\mathsf{seq} \times \mathsf{layer}$ (positional encodings, embeddings).
+    r"""Draw a table over $\mathsf{seq} \times \mathsf{layer}$ (positional encodings,
+    embeddings).
 
     ``symmetric`` centres the colour scale on zero, so signs read at a glance.
     """
@@ -155,7 +157,8 @@ def line_plot(
     markers: bool = False,
     styles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Any:
-    """Draw named curves over a shared x (weights against β, variance against |key|, losses).
+    """Draw named curves over a shared x (weights against β, variance against |key|,
+    losses).
 
     ``x`` and each curve are 1-d: lists, arrays or tensors. ``curves`` maps each legend
     label to its y values, one per x; ``styles`` maps a label

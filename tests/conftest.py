@@ -1,4 +1,5 @@
-"""Shared test settings: hypothesis without deadlines (torch on 2 cores misses 200 ms)."""
+"""Shared test settings: hypothesis without deadlines (torch on 2 cores misses 200
+ms)."""
 
 import os
 

@@ -1,4 +1,5 @@
-"""Attention against torch's scaled_dot_product_attention, plus the seeds' properties."""
+"""Attention against torch's scaled_dot_product_attention, plus the seeds'
+properties."""
 
 import pytest
 import torch

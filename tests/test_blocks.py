@@ -1,4 +1,5 @@
-"""Sublayers, embeddings and encoder/decoder layers: equal to PyTorch's, checked shapes."""
+"""Sublayers, embeddings and encoder/decoder layers: equal to PyTorch's, checked
+shapes."""
 
 import math
 
@@ -163,7 +164,8 @@ def test_encoder_layer_equals_torch(dtype, norm_first, activation):
 @pytest.mark.parametrize("norm_first, activation", OPTIONS)
 def test_decoder_layer_equals_torch(dtype, norm_first, activation):
     theirs = nn.TransformerDecoderLayer(
-        LAYER, HEADS, HIDDEN, activation=activation, norm_first=norm_first, batch_first=True
+        LAYER, HEADS, HIDDEN, activation=activation, norm_first=norm_first,
+        batch_first=True,
     ).to(dtype).eval()  # fmt: skip
     ours = from_torch(theirs)
     target, memory = (

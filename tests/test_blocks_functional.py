@@ -1,4 +1,5 @@
-"""Masks, positions, layer norm, feed-forward and attention pooling as plain functions."""
+"""Masks, positions, layer norm, feed-forward and attention pooling as plain
+functions."""
 
 import math
 

@@ -15,7 +15,8 @@ import pytest
 from named_transformer.workflows import cli
 
 TINY = ["--size", "tiny", "--steps", "2", "--train-size", "32", "--test-size", "4",
-        "--eval-every", "1", "--batch-size", "8", "--min-len", "2", "--max-len", "4"]  # fmt: skip
+        "--eval-every", "1", "--batch-size", "8", "--min-len", "2",
+        "--max-len", "4"]  # fmt: skip
 
 
 def run(capsys, *argv: str) -> str:
@@ -38,7 +39,8 @@ def test_train_evaluate_decode_copy(tmp_path, capsys):
     assert (out / "attention-evaluate.png").exists()
 
     for method in ("greedy", "beam", "sample"):
-        printed = run(capsys, "decode", str(out / "checkpoint.pt"), "3 1 4", "--method", method,
+        printed = run(capsys, "decode", str(out / "checkpoint.pt"), "3 1 4",
+                      "--method", method,
                       "--figure", str(tmp_path / f"{method}.png"))  # fmt: skip
         assert re.fullmatch(r"\d*", printed.splitlines()[0])
         assert (tmp_path / f"{method}.png").exists()
@@ -126,7 +128,8 @@ def test_resumed_training_ends_with_the_same_weights(tmp_path, capsys):
     import torch
 
     fast = [*TINY[:2], "--train-size", "32", "--test-size", "2", "--eval-every", "100",
-            "--batch-size", "8", "--min-len", "2", "--max-len", "4", "--no-progress"]  # fmt: skip
+            "--batch-size", "8", "--min-len", "2", "--max-len", "4",
+            "--no-progress"]  # fmt: skip
     run(capsys, "train", "copy", *fast, "--steps", "4", "--out", str(tmp_path / "a"))
     run(capsys, "train", "copy", *fast, "--steps", "2", "--out", str(tmp_path / "b"))
     run(

@@ -1,5 +1,5 @@
-"""The compiled decoder over a fixed-size cache gives the cache's log-probabilities, in one
-graph for every position, and refuses what it cannot do."""
+"""The compiled decoder over a fixed-size cache gives the cache's log-probabilities, in
+one graph for every position, and refuses what it cannot do."""
 
 from __future__ import annotations
 

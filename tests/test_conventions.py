@@ -1,4 +1,5 @@
-"""The project's code conventions, read from the package's AST (DESIGN.md, "Conventions").
+"""The project's code conventions, read from the package's AST (DESIGN.md,
+"Conventions").
 
 Axes move through einops only; every public function and ``forward`` that touches a
 tensor carries jaxtyping annotations and is ``@checked``; every axis name is in the
@@ -138,7 +139,8 @@ def public_callables(tree: ast.Module):
 
 
 def bare_tensor(annotation: str) -> bool:
-    """A ``Tensor`` with no axis names (a callable's signature, ``Callable[[Tensor], ...]``, is fine)."""
+    """A ``Tensor`` with no axis names (a callable's signature,
+    ``Callable[[Tensor], ...]``, is fine)."""
     return (
         "Tensor" in annotation
         and "Callable" not in annotation

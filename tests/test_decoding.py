@@ -1,6 +1,6 @@
-"""Decoding: the key/value cache gives the same tokens and log-probabilities as recomputing
-the prefix (encoder–decoder, decoder-only, relative positions, pre- and post-norm), and
-greedy, beam search and sampling behave as their definitions say."""
+"""Decoding: the key/value cache gives the same tokens and log-probabilities as
+recomputing the prefix (encoder–decoder, decoder-only, relative positions, pre- and
+post-norm), and greedy, beam search and sampling behave as their definitions say."""
 
 from __future__ import annotations
 
@@ -152,7 +152,8 @@ def test_beam_of_width_one_is_greedy_and_wider_beams_score_no_worse():
 
     assert torch.equal(one.tokens, plain.tokens)
     assert wide.extra["beams"].shape == (3, 3, wide.tokens.shape[-1])
-    # no eos in this untrained model's top choices within 4 steps: the scores are comparable
+    # no eos in this untrained model's top choices within 4 steps: the scores are
+    # comparable
     if not (plain.tokens == 2).any() and not (wide.tokens == 2).any():
         assert (score(wide.tokens) >= score(plain.tokens) - 1e-9).all()
         torch.testing.assert_close(wide.scores, score(wide.tokens))

@@ -2,12 +2,14 @@
 
 Generic by construction: the Markdown under docs/ is parsed for snippet includes
 (``--8<-- "named_transformer/x.py:section"``, a whole file without ``:section``) and
-mkdocstrings directives (``::: named_transformer.x`` or ``::: named_transformer.x.name``),
-and each is mapped to the top-level names it shows by reading the package's AST. A new
-module only needs a page; a public name that no page shows fails here.
+mkdocstrings directives (``::: named_transformer.x`` or
+``::: named_transformer.x.name``), and each is mapped to the top-level names it shows by
+reading the package's AST. A new module only needs a page; a public name that no page
+shows fails here.
 
 Also: every Python fence on a page is either executed (markdown-exec) or an include of
-package source, and an exception inside an executed block fails ``mkdocs build --strict``.
+package source, and an exception inside an executed block fails
+``mkdocs build --strict``.
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ def uncovered(names: list[str], shown: dict[tuple[str, str], list[str]]) -> list
 def test_every_public_name_has_its_source_on_a_page() -> None:
     missing = uncovered(list(named_transformer.__all__), coverage())
     assert not missing, (
-        f"public names with no page showing their source: {missing}. Include the section "
+        f"public names with no page showing their source: {missing}. "
+        "Include the section "
         '(--8<-- "named_transformer/<module>.py:<section>") on a page, or add '
         "'::: named_transformer.<module>' to docs/reference/api.md."
     )
@@ -188,7 +191,8 @@ def test_snippet_targets_exist() -> None:
 
 
 def test_every_python_fence_is_executed_or_included() -> None:
-    """No hand-written output and no pasted library code: Python fences run or include."""
+    """No hand-written output and no pasted library code: Python fences run or
+    include."""
     offenders = []
     for page in pages():
         for fence in FENCE.finditer(page.read_text()):
@@ -207,7 +211,8 @@ def test_every_python_fence_is_executed_or_included() -> None:
 def test_an_exception_in_an_executed_block_fails_the_strict_build(
     tmp_path: Path,
 ) -> None:
-    """markdown-exec reports an exception as a warning; --strict turns it into a failure."""
+    """markdown-exec reports an exception as a warning; --strict turns it into a
+    failure."""
     (tmp_path / "docs").mkdir()
     (tmp_path / "mkdocs.yml").write_text(
         "site_name: probe\nplugins:\n  - markdown-exec\n"

@@ -48,8 +48,9 @@ def test_linked_figures_are_committed() -> None:
     figures = DOCS / "figures"
     missing = [name for name in linked_figures() if not any(figures.glob(f"{name}.*"))]
     assert not missing, (
-        f"pages link figures that are not committed under docs/figures/: {missing}; draw them "
-        "with their script (docs/scripts/make_figures.py or the experiment's own) and commit them"
+        f"pages link figures that are not committed under docs/figures/: {missing}; "
+        "draw them with their script (docs/scripts/make_figures.py or the "
+        "experiment's own) and commit them"
     )
 
 

@@ -1,4 +1,5 @@
-"""from_torch / to_torch for the six kinds: round trips, batch_first, masks, refusals."""
+"""from_torch / to_torch for the six kinds: round trips, batch_first, masks,
+refusals."""
 
 import pytest
 import torch
@@ -40,7 +41,8 @@ def build(kind, norm_first=False, activation="relu"):
 
 
 def call_both(kind, ours, theirs, dtype):
-    """The same computation through both modules: our masks True = may attend, theirs negated."""
+    """The same computation through both modules: our masks True = may attend, theirs
+    negated."""
     source, memory = (
         torch.randn(B, SEQ, LAYER, dtype=dtype),
         torch.randn(B, SEQ, MEMORY, dtype=dtype),

@@ -7,8 +7,11 @@ the modules that became packages keep their names too.
 
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +144,12 @@ def test_python_dash_m_still_runs_the_cli():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "train" in done.stdout
+
+
+def test_the_version_is_the_changelogs_top_entry():
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    changelog = (root / "CHANGELOG.md").read_text()
+    top = re.search(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.M)
+    assert top is not None, "CHANGELOG.md has no version entry"
+    assert project["version"] == top[1] == nt.__version__

@@ -1,4 +1,5 @@
-"""Stacks and whole models: equal to PyTorch's, causal, equivariant, counted, checked."""
+"""Stacks and whole models: equal to PyTorch's, causal, equivariant, counted,
+checked."""
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ def torch_count(module):
     return sum(p.numel() for p in module.parameters())
 
 
-# ------------------------------------------------------------------ stacks equal PyTorch's
+# -------------------------------------------------------------- stacks equal PyTorch's
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -91,7 +92,8 @@ def test_decoder_stack_equals_torch(dtype, num_layers, norm_first):
 @pytest.mark.parametrize("norm_first, activation", [(False, "relu"), (True, "gelu")])
 def test_encoder_decoder_equals_nn_transformer(dtype, norm_first, activation):
     theirs = nn.Transformer(
-        LAYER, HEADS, 2, 3, HIDDEN, activation=activation, norm_first=norm_first, batch_first=True
+        LAYER, HEADS, 2, 3, HIDDEN, activation=activation, norm_first=norm_first,
+        batch_first=True,
     ).to(dtype).eval()  # fmt: skip
     ours = from_torch(theirs)
     source, target = (
@@ -133,9 +135,9 @@ def test_encoder_decoder_gradients_equal_torch_in_float64():
 
 def test_config_defaults_are_the_papers_base_model_and_validate():
     base = TransformerConfig.base()
-    assert (base.encoder_layers, base.decoder_layers, base.layer, base.heads, base.hidden) == (
-        6, 6, 512, 8, 2048,
-    )  # fmt: skip
+    assert (
+        base.encoder_layers, base.decoder_layers, base.layer, base.heads, base.hidden
+    ) == (6, 6, 512, 8, 2048)  # fmt: skip
     assert base.dropout == 0.1 and base.key == 64 and not base.norm_first
     assert TransformerConfig(norm_first=True).has_final_norm and not base.has_final_norm
     for bad, match in [

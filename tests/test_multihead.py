@@ -1,4 +1,5 @@
-"""Multi-head attention: equal to nn.MultiheadAttention, to a per-head loop, to seed 04's W_qkv."""
+"""Multi-head attention: equal to nn.MultiheadAttention, to a per-head loop, to seed
+04's W_qkv."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Relative multi-head attention (Shaw et al. 2018) against a loop written from the paper."""
+"""Relative multi-head attention (Shaw et al. 2018) against a loop written from the
+paper."""
 
 import math
 
@@ -19,7 +20,8 @@ B, SEQ_Q, SEQ, LAYER, HEADS, K = 2, 3, 6, 8, 2, 2  # key = 4, distance = 5
 
 
 def shaw_loop(inputs, memory, m, offset=0, mask=None):
-    """e_ij = q_i (k_j + a^K_clip(j-i)) / sqrt(d), z_i = sum_j a_ij (v_j + a^V_clip(j-i))."""
+    """e_ij = q_i (k_j + a^K_clip(j-i)) / sqrt(d),
+    z_i = sum_j a_ij (v_j + a^V_clip(j-i))."""
     batch, seq_q, seq = inputs.shape[0], inputs.shape[1], memory.shape[1]
     out = torch.zeros(batch, seq_q, m.layer, dtype=inputs.dtype)
     for b in range(batch):
@@ -36,8 +38,10 @@ def shaw_loop(inputs, memory, m, offset=0, mask=None):
                         e[j] = -torch.inf
                 alpha = torch.softmax(e, 0)
                 z = sum(
-                    alpha[j] * (v[j] + m.a_v[max(-m.max_distance, min(m.max_distance, j - i - offset))
-                                             + m.max_distance])
+                    alpha[j] * (v[j] + m.a_v[
+                        max(-m.max_distance, min(m.max_distance, j - i - offset))
+                        + m.max_distance
+                    ])
                     for j in range(seq)
                 )  # fmt: skip
                 out[b, i] += z @ m.w_o[h]

@@ -1,4 +1,5 @@
-"""Seq2seq with and without attention: padding, equivalence with torch.nn.GRU, decoding."""
+"""Seq2seq with and without attention: padding, equivalence with torch.nn.GRU,
+decoding."""
 
 import pytest
 import torch
@@ -23,7 +24,8 @@ from named_transformer.models.seq2seq import (
     reverse_padded,
 )
 
-# distinct sizes: vocab 11, layer 5, hidden 6 (annotation 12), decoder hidden 7, attention 4
+# distinct sizes: vocab 11, layer 5, hidden 6 (annotation 12), decoder hidden 7,
+# attention 4
 VOCAB, LAYER, HIDDEN, DEC, ATT = 11, 5, 6, 7, 4
 
 
@@ -48,7 +50,8 @@ def test_bidirectional_encoder_equals_each_sequence_unpadded(lengths, extra):
         torch.testing.assert_close(annotations[b, :n], alone[0])
         torch.testing.assert_close(backward_first[b], alone_first[0])
         assert (annotations[b, n:] == 0).all()
-        # the backward direction's state at position 1 is the state after reading it last
+        # the backward direction's state at position 1 is the state after reading it
+        # last
         torch.testing.assert_close(annotations[b, 0, HIDDEN:], backward_first[b])
 
 

@@ -5,11 +5,12 @@ The site is the one CI built (``NT_SITE_DIR``, set by ``.ci/run`` after
 directory once per test session. Each page is served from 127.0.0.1; every request to
 any other host is blocked and recorded. Per page the test asserts: no external request,
 no console error, math rendered by KaTeX (no ``.katex-error``, no raw TeX left in the
-page text outside code, navigation included), and on concept pages (``learn/``, ``models/``,
-not a section's index) at least one
-code block whose lines come from the package's own source.
+page text outside code, navigation included), and on concept pages (``learn/``,
+``models/``, not a section's index) at least one code block whose lines come from the
+package's own source.
 
-Uses Debian's ``/usr/bin/chromium`` (``.ci/run`` installs it); never ``playwright install``.
+Uses Debian's ``/usr/bin/chromium`` (``.ci/run`` installs it); never
+``playwright install``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ CHROMIUM_ARGS = [
 
 
 def page_paths() -> list[str]:
-    """Site-relative URL of every Markdown page (``learn/masks.md`` -> ``learn/masks/``)."""
+    """Site-relative URL of every Markdown page (``learn/masks.md`` ->
+    ``learn/masks/``)."""
     paths = []
     for source in sorted(DOCS.rglob("*.md")):
         relative = source.relative_to(DOCS)
@@ -126,10 +128,12 @@ def server(site_dir: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def browser_context() -> Iterator[object]:
-    """One Chromium and one browser context for the session; each test opens its own page."""
+    """One Chromium and one browser context for the session; each test opens its own
+    page."""
     if not CHROMIUM.is_file():
         pytest.skip(
-            "Debian chromium is not installed at /usr/bin/chromium (.ci/run installs it)"
+            "Debian chromium is not installed at /usr/bin/chromium "
+            "(.ci/run installs it)"
         )
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="playwright (test extra) missing"
@@ -169,7 +173,8 @@ class _Anchors(HTMLParser):
 
 
 def test_internal_links_and_anchors_resolve(site_dir: Path) -> None:
-    """Links added after mkdocs' own validation (hooks, mkdocstrings) point somewhere real."""
+    """Links added after mkdocs' own validation (hooks, mkdocstrings) point somewhere
+    real."""
     parsed: dict[Path, _Anchors] = {}
 
     def parse(page: Path) -> _Anchors:
@@ -240,16 +245,20 @@ def test_page_renders_offline(
         report = page.evaluate(
             """() => {
               const article = document.querySelector("article");
-              const clone = document.body.cloneNode(true);  // article, navigation and toc
-              clone.querySelectorAll("pre, code, .katex, script, style").forEach(e => e.remove());
+              // article, navigation and toc
+              const clone = document.body.cloneNode(true);
+              clone.querySelectorAll("pre, code, .katex, script, style")
+                   .forEach(e => e.remove());
               return {
                 text: clone.innerText,
                 katex: article.querySelectorAll(".katex").length,
                 arithmatex: article.querySelectorAll(".arithmatex").length,
-                unrendered: article.querySelectorAll(".arithmatex:not([data-katex=done])").length,
+                unrendered: article
+                  .querySelectorAll(".arithmatex:not([data-katex=done])").length,
                 katexErrors: Array.from(article.querySelectorAll(".katex-error"))
                                   .map(e => e.getAttribute("title") || e.textContent),
-                code: Array.from(article.querySelectorAll("pre code")).map(e => e.innerText),
+                code: Array.from(article.querySelectorAll("pre code"))
+                           .map(e => e.innerText),
               };
             }"""
         )

@@ -1,5 +1,6 @@
-"""Tasks: deterministic generation, held-out splits disjoint by construction, vocabulary,
-batching and masks; sentiment corpus, negation contrast set and the IMDB loader."""
+"""Tasks: deterministic generation, held-out splits disjoint by construction,
+vocabulary, batching and masks; sentiment corpus, negation contrast set and the IMDB
+loader."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from named_transformer import causal_mask, key_padding_mask
+from named_transformer.workflows.batches import collate, collate_lm
+from named_transformer.workflows.data import (
+    SPECIALS,
+    START,
+    Example,
+    Vocabulary,
+    split_of,
+)
 from named_transformer.workflows.sentiment import (
     INTENSIFIERS,
     NEGATIVE,
@@ -23,17 +32,10 @@ from named_transformer.workflows.sentiment import (
     words,
 )
 from named_transformer.workflows.tasks import (
-    SPECIALS,
-    START,
     TASKS,
-    Example,
-    Vocabulary,
-    collate,
-    collate_lm,
     date_formats,
     detokenize,
     make_task,
-    split_of,
     task_vocabulary,
     tokenize,
 )
@@ -206,7 +208,8 @@ def test_collate_lm_learns_only_the_answer():
 
 
 def _rule_label(tokens: tuple[str, ...]) -> str:
-    """Read a synthetic review by its grammar: verb [negator] [intensifier] adjective."""
+    """Read a synthetic review by its grammar: verb [negator] [intensifier]
+    adjective."""
     polarities = set()
     for i, token in enumerate(tokens):
         if token in POSITIVE or token in NEGATIVE:

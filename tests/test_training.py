@@ -1,5 +1,6 @@
 """The training loop: schedule, label-smoothed loss, determinism, exact resumption, and
-DistributedDataParallel on two CPU processes equal to one process on the same global batch."""
+DistributedDataParallel on two CPU processes equal to one process on the same global
+batch."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from jaxtyping import TypeCheckError
 from torch import nn
 
 from named_transformer import shape_checks
-from named_transformer.workflows.tasks import collate_lm, make_task, task_vocabulary
+from named_transformer.workflows.batches import collate_lm
+from named_transformer.workflows.tasks import make_task, task_vocabulary
 from named_transformer.workflows.training import (
     TrainConfig,
     Trainer,
@@ -28,7 +30,8 @@ VOCAB = task_vocabulary("reverse")
 
 
 class TinyLM(nn.Module):
-    """Embedding, one position-wise MLP with dropout, and output logits: enough to train."""
+    """Embedding, one position-wise MLP with dropout, and output logits: enough to
+    train."""
 
     def __init__(
         self, vocab: int = len(VOCAB), layer: int = 8, dropout: float = 0.2
@@ -212,8 +215,9 @@ def test_train_task_stops_after_patience_evaluations_at_the_target(
     from named_transformer.workflows.runner import train_task
 
     run = train_task(
-        "copy", size="tiny", steps=8, train_size=32, test_size=4, eval_every=2, eval_size=4,
-        batch_size=4, warmup=2, progress=False, target=target, patience=patience,
+        "copy", size="tiny", steps=8, train_size=32, test_size=4, eval_every=2,
+        eval_size=4, batch_size=4, warmup=2, progress=False, target=target,
+        patience=patience,
     )  # fmt: skip
     assert run["trainer"].step == stopped_at
 
@@ -226,7 +230,8 @@ CHECKPOINT_0_1_0 = Path(__file__).parent / "data" / "copy-tiny-0.1.0.pt"
 
 def test_a_checkpoint_written_by_version_0_1_0_still_loads_and_computes_the_same():
     from named_transformer.workflows import load_run
-    from named_transformer.workflows.tasks import Example, collate
+    from named_transformer.workflows.batches import collate
+    from named_transformer.workflows.data import Example
 
     run = load_run(CHECKPOINT_0_1_0)
     then = torch.load(

@@ -1,11 +1,11 @@
 """MkDocs hook: serve KaTeX from the site itself, installed from the npm registry.
 
 KaTeX is not committed. On the first build (``mkdocs build`` or ``mkdocs serve``) this
-hook runs ``npm install --no-save --prefix <project>/.cache/katex katex@0.16`` (``.cache/``
-is gitignored), then adds KaTeX's ``dist`` files (``katex.min.js``, ``katex.min.css`` and
-``fonts/``) to the site as ``assets/katex/``. mkdocs.yml loads them through
-``extra_css``/``extra_javascript``; ``docs/javascripts/katex-init.js`` renders the math.
-No request leaves the site when a page is read.
+hook runs ``npm install --no-save --prefix <project>/.cache/katex katex@0.16``
+(``.cache/`` is gitignored), then adds KaTeX's ``dist`` files (``katex.min.js``,
+``katex.min.css`` and ``fonts/``) to the site as ``assets/katex/``. mkdocs.yml loads
+them through ``extra_css``/``extra_javascript``; ``docs/javascripts/katex-init.js``
+renders the math. No request leaves the site when a page is read.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ _dist: Path | None = None
 
 
 def katex_dist(project_root: Path) -> Path:
-    """Return KaTeX's ``dist`` directory, installing the npm package when it is missing."""
+    """Return KaTeX's ``dist`` directory, installing the npm package when it is
+    missing."""
     prefix = project_root / ".cache" / "katex"
     dist = prefix / "node_modules" / "katex" / "dist"
     if (dist / "katex.min.js").is_file() and (dist / "fonts").is_dir():
@@ -32,8 +33,10 @@ def katex_dist(project_root: Path) -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise PluginError(
-            "KaTeX is installed at build time from the npm registry, but `npm` is not on PATH. "
-            "Install Node.js and npm (Debian: `apt-get install nodejs npm`), then build again."
+            "KaTeX is installed at build time from the npm registry, "
+            "but `npm` is not on PATH. "
+            "Install Node.js and npm (Debian: `apt-get install nodejs npm`), "
+            "then build again."
         )
     log.info("Installing %s into %s", KATEX_SPEC, prefix)
     prefix.mkdir(parents=True, exist_ok=True)
@@ -50,7 +53,8 @@ def katex_dist(project_root: Path) -> Path:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not (dist / "katex.min.js").is_file():
         raise PluginError(
-            f"`{' '.join(command)}` failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}"
+            f"`{' '.join(command)}` failed (exit {done.returncode}):\n"
+            f"{done.stdout}\n{done.stderr}"
         )
     return dist
 

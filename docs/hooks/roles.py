@@ -1,10 +1,11 @@
 """MkDocs hook: turn Sphinx roles left in docstrings into links to the API reference.
 
-The package's docstrings say ``:func:`padding_mask``` or ``:class:`MultiHeadAttention```.
-mkdocstrings renders that as the literal text ``:func:`` followed by code. This hook
-rewrites each ``:role:<code>name</code>`` in a page's HTML (outside code listings) into
-a link to the name's entry in the API reference when the package defines it, and into
-plain code otherwise (``nn.MultiheadAttention``). The API pages are found by reading the
+The package's docstrings say ``:func:`padding_mask``` or
+``:class:`MultiHeadAttention```. mkdocstrings renders that as the literal text
+``:func:`` followed by code. This hook rewrites each ``:role:<code>name</code>`` in a
+page's HTML (outside code listings) into a link to the name's entry in the API
+reference when the package defines it, and into plain code otherwise
+(``nn.MultiheadAttention``). The API pages are found by reading the
 ``::: named_transformer.<module>`` directives under docs/reference/.
 """
 

@@ -1,23 +1,26 @@
-"""Attention vs the fixed-length context: exact match against input length (Bahdanau et al.).
+"""Attention vs the fixed-length context: exact match by input length (Bahdanau et al.).
 
-    nice python docs/scripts/bahdanau_experiment.py            # full run, rewrites docs/figures
-    python docs/scripts/bahdanau_experiment.py --quick --out /tmp/b   # seconds (CI smoke run)
+    # full run, rewrites docs/figures
+    nice python docs/scripts/bahdanau_experiment.py
+    # seconds (CI smoke run)
+    python docs/scripts/bahdanau_experiment.py --quick --out /tmp/b
 
 Three models of (nearly) the same size are trained with the same budget — the same
 batches, in the same order, for the same number of updates — on the ``copy`` task of
 :mod:`named_transformer.workflows.tasks` with source lengths spread over 5 … 40:
 
-* ``attention``: :class:`~named_transformer.models.seq2seq.BahdanauSeq2Seq` (bidirectional GRU
-  encoder, additive alignment);
-* ``fixed context``: :class:`~named_transformer.models.seq2seq.RNNEncoderDecoder`, the decoder sees
-  only the encoder's last state $c$;
+* ``attention``: :class:`~named_transformer.models.seq2seq.BahdanauSeq2Seq`
+  (bidirectional GRU encoder, additive alignment);
+* ``fixed context``: :class:`~named_transformer.models.seq2seq.RNNEncoderDecoder`, the
+  decoder sees only the encoder's last state $c$;
 * ``fixed context, reversed source``: the same with Sutskever et al.'s reversal.
 
 Each is scored by greedy decoding on held-out sources of every length (exact match of
 the whole output, ``<eos>`` included). A smaller attention model is then trained on the
 ``dates`` task and its alignment matrices $\\alpha$ are drawn. Everything is written to
-``docs/figures/bahdanau-*`` (``--out`` elsewhere): the figures, ``bahdanau-results.json``
-and ``bahdanau-table.txt`` (the Markdown table the docs page includes).
+``docs/figures/bahdanau-*`` (``--out`` elsewhere): the figures,
+``bahdanau-results.json`` and ``bahdanau-table.txt`` (the Markdown table the docs page
+includes).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from einops import rearrange  # noqa: E402
 import named_transformer as nt  # noqa: E402
 from named_transformer import plot  # noqa: E402
 from named_transformer.models.seq2seq import BahdanauSeq2Seq, RNNEncoderDecoder  # noqa: E402
-from named_transformer.workflows.tasks import collate, make_task, task_vocabulary  # noqa: E402
+from named_transformer.workflows.batches import collate  # noqa: E402
+from named_transformer.workflows.tasks import make_task, task_vocabulary  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
@@ -63,7 +67,8 @@ def parameters(model: torch.nn.Module) -> int:
 
 
 def build_models(vocab: int, cfg: dict) -> dict[str, torch.nn.Module]:
-    """The attention model, and baselines whose width makes their size the closest to it."""
+    """The attention model, and baselines whose width makes their size the closest
+    to it."""
     torch.manual_seed(0)
     attention = BahdanauSeq2Seq(
         vocab, cfg["layer"], cfg["hidden"], attention=cfg["attention"]
@@ -85,7 +90,8 @@ def build_models(vocab: int, cfg: dict) -> dict[str, torch.nn.Module]:
 
 
 def copy_batch(step: int, cfg: dict, vocab):
-    """Batch ``step``: sources of lengths around one random centre, so little padding."""
+    """Batch ``step``: sources of lengths around one random centre, so little
+    padding."""
     centre = random.Random(f"centre/{step}").randint(cfg["min_len"], cfg["max_len"])
     low = max(cfg["min_len"], centre - cfg["spread"])
     high = min(cfg["max_len"], centre + cfg["spread"])
@@ -104,7 +110,8 @@ def logits_of(model, batch, teacher_forcing: float):
 
 def train(model, make_batch, steps: int, cfg: dict, vocab, label: str) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
-    # constant for the first half, then linear decay to a tenth: the same shape for every model
+    # constant for the first half, then linear decay to a tenth: the same shape for
+    # every model
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, 1.0 - 1.8 * (step / steps - 0.5))
     )

@@ -45,7 +45,8 @@ TOKENS = ["<s>", "the", "cat", "sat", "on", "mats"]
 
 
 def soft_to_hard(quick: bool) -> plt.Figure:
-    """Attention weights of the new car over the five cars as the inverse temperature grows."""
+    """Attention weights of the new car over the five cars as the inverse temperature
+    grows."""
     scores = nt.scaled_dot_score(NEW_CAR, CAR_FEATURES)[0]  # seq
     betas = torch.logspace(-2.5, 0.5, 12 if quick else 200)
     weights = nt.softmax(
@@ -64,7 +65,8 @@ def soft_to_hard(quick: bool) -> plt.Figure:
 
 
 def dot_variance(quick: bool) -> plt.Figure:
-    """Variance of q ⊙_key k (standard normal q, k) against |key|, with and without 1/√|key|."""
+    """Variance of q ⊙_key k (standard normal q, k) against |key|, with and without
+    1/√|key|."""
     generator = torch.Generator().manual_seed(0)
     sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     samples = 200 if quick else 20_000
@@ -149,7 +151,8 @@ def padding(quick: bool) -> plt.Figure:
 
 
 def basic_equivariance(quick: bool) -> plt.Figure:
-    """Weights of basic self-attention for x and for x with its last two positions swapped."""
+    """Weights of basic self-attention for x and for x with its last two positions
+    swapped."""
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(4, 2, generator=generator)
     permutation = torch.tensor([0, 1, 3, 2])
@@ -178,7 +181,8 @@ def positions(quick: bool) -> plt.Figure:
 
 
 def relative_positions(quick: bool) -> plt.Figure:
-    """The clipped relative-distance index (k = 2): a full pass, then two queries after a cache."""
+    """The clipped relative-distance index (k = 2): a full pass, then two queries after
+    a cache."""
     k = 2
     fig, (left, right) = plt.subplots(
         1,
@@ -212,7 +216,8 @@ def relative_positions(quick: bool) -> plt.Figure:
 
 
 def multihead_weights(quick: bool) -> plt.Figure:
-    """Per-head causal self-attention weights of a (random) MultiHeadAttention over six tokens."""
+    """Per-head causal self-attention weights of a (random) MultiHeadAttention over six
+    tokens."""
     torch.manual_seed(0)
     layer, heads = 16, 4
     attention = nt.MultiHeadAttention(layer, heads).eval()
@@ -237,7 +242,8 @@ def multihead_weights(quick: bool) -> plt.Figure:
 
 
 def encoder_decoder_weights(quick: bool) -> plt.Figure:
-    """An (untrained) Transformer's decoder self-attention vs cross-attention, padded source."""
+    """An (untrained) Transformer's decoder self-attention vs cross-attention, padded
+    source."""
     torch.manual_seed(0)
     config = nt.TransformerConfig(
         encoder_layers=1, decoder_layers=1, layer=16, heads=2, hidden=32, dropout=0.0

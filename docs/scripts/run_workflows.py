@@ -1,15 +1,19 @@
 """Train every workflow task for real, then draw the curves, attention maps and tables.
 
-    python docs/scripts/run_workflows.py train copy dates ...   # train (skips finished runs)
-    python docs/scripts/run_workflows.py report                 # figures + tables for docs/
-    python docs/scripts/run_workflows.py --quick --out /tmp/w   # the whole thing in seconds (CI)
+    # train (skips finished runs)
+    python docs/scripts/run_workflows.py train copy dates ...
+    # figures + tables for docs/
+    python docs/scripts/run_workflows.py report
+    # the whole thing in seconds (CI)
+    python docs/scripts/run_workflows.py --quick --out /tmp/w
 
-Runs go to ``--runs`` (default ``.cache/workflow-runs``, not committed): a checkpoint and
-``metrics.json`` each. ``report`` reads them and writes ``docs/scripts/workflow_results/*.md``
-(tables the pages include; scripts/ is not a site page) and ``docs/figures/workflows/*.png``. Headline runs use
-shape checks off and one thread per process (run two processes side by side on 2 cores).
-``--quick`` trains tiny models for a few steps on a few examples: the numbers mean
-nothing, but every line of the pipeline runs.
+Runs go to ``--runs`` (default ``.cache/workflow-runs``, not committed): a checkpoint
+and ``metrics.json`` each. ``report`` reads them and writes
+``docs/scripts/workflow_results/*.md`` (tables the pages include; scripts/ is not a site
+page) and ``docs/figures/workflows/*.png``. Headline runs use shape checks off and one
+thread per process (run two processes side by side on 2 cores). ``--quick`` trains tiny
+models for a few steps on a few examples: the numbers mean nothing, but every line of
+the pipeline runs.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ LONG = (21, 40)  # the lengths of the length-generalisation test
 
 # Learning-rate factor: 0.1 (the default) peaks near the paper's 7e-4 at width 64; the
 # quick-to-learn tasks train at 0.3. Training stops once `target` of the 500 validation
-# items are right in two evaluations in a row (dates: 99%, its target) or at the step cap.
+# items are right in two evaluations in a row (dates: 99%, its target) or at the step
+# cap.
 FAST = {"factor": 0.3}
 EXPERIMENTS: dict[str, dict] = {
     "copy": {
@@ -65,7 +70,8 @@ EXPERIMENTS: dict[str, dict] = {
     },
     "sort": {"task": "sort", "kind": "encoder-decoder", "steps": 6000},
     "sort-decoder-only": {"task": "sort", "kind": "decoder-only", "steps": 6000},
-    # histogram: the fast rate finds the counting solution, then a third of it settles it
+    # histogram: the fast rate finds the counting solution, then a third of it
+    # settles it
     "histogram": {
         "task": "histogram",
         "kind": "encoder-decoder",
@@ -101,8 +107,14 @@ EXPERIMENTS: dict[str, dict] = {
     },
 }
 # the quick mode covers every code path: each model kind, relative positions, the report
-QUICK_NAMES = ["dates", "histogram", "sort-decoder-only", "sentiment", "sentiment-bag-of-words",
-               "length-relative"]  # fmt: skip
+QUICK_NAMES = [
+    "dates",
+    "histogram",
+    "sort-decoder-only",
+    "sentiment",
+    "sentiment-bag-of-words",
+    "length-relative",
+]
 QUICK = {
     "size": "tiny", "steps": 4, "train_size": 64, "test_size": 8, "eval_every": 2,
     "eval_size": 4, "batch_size": 8, "warmup": 2, "progress": False,
@@ -142,7 +154,8 @@ def train(
         ]
         (directory / "metrics.json").write_text(json.dumps(results, indent=2))
         print(
-            f"{name}: {json.dumps({k: v for k, v in results.items() if k != 'history'})}"
+            f"{name}: "
+            f"{json.dumps({k: v for k, v in results.items() if k != 'history'})}"
         )
 
 
@@ -160,18 +173,26 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
     done = {n: json.loads((runs / n / "metrics.json").read_text())
             for n in names if (runs / n / "metrics.json").exists()}  # fmt: skip
 
-    rows = ["| run | task | model | positions | parameters | steps | wall time | held-out |",
-            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    rows = [
+        "| run | task | model | positions | parameters | steps | wall time "
+        "| held-out |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     for n, r in done.items():
         score = _percent(r["held_out"])
         if "contrast" in r:
             score += f" (contrast set: {_percent(r['contrast'])})"
-        rows.append(f"| {n} | {r['task']} | {r['kind']} | {r['positions']} | {r['parameters']:,} "
-                    f"| {r['steps']} | {r['seconds']:.0f} s | {score} |")  # fmt: skip
+        rows.append(
+            f"| {n} | {r['task']} | {r['kind']} | {r['positions']} "
+            f"| {r['parameters']:,} "
+            f"| {r['steps']} | {r['seconds']:.0f} s | {score} |"
+        )
     (tables / "summary.md").write_text("\n".join(rows) + "\n")
 
-    length = ["| positions | held-out, lengths 1–20 | held-out, lengths 21–40 | steps |",
-              "| --- | ---: | ---: | ---: |"]  # fmt: skip
+    length = [
+        "| positions | held-out, lengths 1–20 | held-out, lengths 21–40 | steps |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for n, r in done.items():
         if n.startswith("length-"):
             length.append(f"| {r['positions']} | {_percent(r['held_out'])} "
@@ -200,11 +221,21 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
         )
         for m in present:
             history = done[m]["history"]
-            plot.line_plot([h["step"] for h in history], {m: [h["loss"] for h in history]},
-                           ax=left, xlabel="step", ylabel="training loss (label-smoothed)")  # fmt: skip
+            plot.line_plot(
+                [h["step"] for h in history],
+                {m: [h["loss"] for h in history]},
+                ax=left,
+                xlabel="step",
+                ylabel="training loss (label-smoothed)",
+            )
             scored = [h for h in history if "valid" in h]
-            plot.line_plot([h["step"] for h in scored], {m: [h["valid"] for h in scored]},
-                           ax=right, xlabel="step", ylabel="validation score")  # fmt: skip
+            plot.line_plot(
+                [h["step"] for h in scored],
+                {m: [h["valid"] for h in scored]},
+                ax=right,
+                xlabel="step",
+                ylabel="validation score",
+            )
         left.legend(fontsize=7)
         right.legend(fontsize=7)
         figure.savefig(figures / f"{group}.png", dpi=90)
@@ -229,11 +260,19 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
     # decoding: greedy, beam and sampling from the dates model
     if "dates" in done:
         run = load_run(runs / "dates" / "checkpoint.pt")
-        inputs = ["Sunday, March 7, 2021", "the 1st of may 1999", "7.3.2021", "3/7/2021",
-                  "dec 25 1990", "29-Feb-2000"]  # fmt: skip
+        inputs = [
+            "Sunday, March 7, 2021",
+            "the 1st of may 1999",
+            "7.3.2021",
+            "3/7/2021",
+            "dec 25 1990",
+            "29-Feb-2000",
+        ]
         sources = [tuple(text) for text in inputs]
-        lines = ["| input | greedy | beam (width 4) | sample T=0.5 | sample T=2, top-5 |",
-                 "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines = [
+            "| input | greedy | beam (width 4) | sample T=0.5 | sample T=2, top-5 |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         args = (run["model"], run["spec"], run["vocabulary"], sources)
         outputs = [
             decode_examples(*args, method="greedy"),
@@ -250,8 +289,9 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
         greedy = evaluate_model(*args[:3], test)
         (tables / "decoding-scores.md").write_text(
             f"| method | exact match, {len(test)} held-out dates |\n| --- | ---: |\n"
-            f"| greedy | {_percent(greedy)} |\n| beam search, width 4, α = 0.6 | {_percent(beam)} |\n"
-        )  # fmt: skip
+            f"| greedy | {_percent(greedy)} |\n"
+            f"| beam search, width 4, α = 0.6 | {_percent(beam)} |\n"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -270,8 +310,11 @@ def main(argv: list[str] | None = None) -> None:
         "--out", type=Path, help="with --quick: where runs and outputs go"
     )
     parser.add_argument("--force", action="store_true", help="retrain finished runs")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue finished or interrupted runs from their checkpoints")  # fmt: skip
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue finished or interrupted runs from their checkpoints",
+    )
     args = parser.parse_args(argv)
     names = args.names or (QUICK_NAMES if args.quick else list(EXPERIMENTS))
     unknown = set(names) - set(EXPERIMENTS)

@@ -8,11 +8,11 @@ $$\text{Attention}(Q, K, V, M) = \left(\nfun{seq}{softmax}
 
 with $Q \in \mathbb R^{\mathsf{seq'} \times \mathsf{key}}$,
 $K \in \mathbb R^{\mathsf{seq} \times \mathsf{key}}$,
-$V \in \mathbb R^{\mathsf{seq} \times \mathsf{val}}$ and $M \in \{0, -\infty\}^{\mathsf{seq'}
-\times \mathsf{seq}}$. Every other axis (batch, heads) is carried along untouched: the
-function is *lifted* over it. Keys and values may carry a size-1 axis where queries
-carry a larger one (``#`` in the annotation): a size-1 ``heads`` axis *is* multi-query
-attention.
+$V \in \mathbb R^{\mathsf{seq} \times \mathsf{val}}$ and
+$M \in \{0, -\infty\}^{\mathsf{seq'} \times \mathsf{seq}}$. Every other axis (batch,
+heads) is carried along untouched: the function is *lifted* over it. Keys and values
+may carry a size-1 axis where queries carry a larger one (``#`` in the annotation): a
+size-1 ``heads`` axis *is* multi-query attention.
 
 Masks are booleans, True where attention is allowed, as in
 `torch.nn.functional.scaled_dot_product_attention`. **`torch.nn.MultiheadAttention`
@@ -46,7 +46,10 @@ def attention_weights(
     keys: Float[Tensor, "*#batch seq key"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq_q seq"]:
-    r"""$\nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right)$: one distribution over $\mathsf{seq}$ per query."""
+    r"""One distribution over $\mathsf{seq}$ per query.
+
+    $$\nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right)$$
+    """
     return softmax(scaled_dot_score(queries, keys), mask)
 
 
@@ -99,14 +102,13 @@ def fused_attention(
     The same function as :func:`attention` (tests check it, fully masked rows included),
     computed by ``scaled_dot_product_attention``, which never materialises the
     $\mathsf{seq'} \times \mathsf{seq}$ weights: faster, and far less memory for long
-    sequences. It returns no weights, and its dropout draws differ from the named path's.
+    sequences. It returns no weights, and its dropout draws differ from the named
+    path's.
     """
-    while (
-        mask is not None and mask.ndim < queries.ndim
-    ):  # with fewer axes than the queries,
-        mask = rearrange(
-            mask, "... -> 1 ..."
-        )  # the kernel falls back to materialising the weights
+    # with fewer axes than the queries, the kernel falls back to materialising the
+    # weights
+    while mask is not None and mask.ndim < queries.ndim:
+        mask = rearrange(mask, "... -> 1 ...")
     return F.scaled_dot_product_attention(  # allow-raw: the fused kernel is the point
         queries, keys, values, attn_mask=mask, dropout_p=dropout if training else 0.0
     )
@@ -122,7 +124,8 @@ def attention_from_scores(
     values: Float[Tensor, "*#batch seq val"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq_q val"]:
-    r"""$\left(\nfun{seq}{softmax}(S + M)\right) \ndot{seq} V$ for scores $S$ from any function of the zoo."""
+    r"""$\left(\nfun{seq}{softmax}(S + M)\right) \ndot{seq} V$ for scores $S$ from any
+    function of the zoo."""
     return attend(softmax(scores, mask), values)
 
 

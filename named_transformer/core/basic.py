@@ -3,7 +3,8 @@ r"""Basic self-attention: no parameters at all (seed 01).
 Each output is a weighted average of the inputs, weighted by how similar the inputs
 are to it. With $X \in \mathbb R^{\mathsf{seq} \times \mathsf{layer}}$:
 
-$$Y = \left(\nfun{seq}{softmax}\left(X \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}\right)\right) \ndot{seq} X.$$
+$$Y = \left(\nfun{seq}{softmax}
+  \left(X \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}\right)\right) \ndot{seq} X.$$
 
 Permuting the positions of $X$ permutes the rows of $Y$ the same way: attention is
 *permutation equivariant*, which is why the Transformer needs positional encodings.
@@ -27,7 +28,11 @@ __all__ = ["basic_self_attention"]
 def basic_self_attention(
     inputs: Float[Tensor, "*batch seq layer"],
 ) -> Float[Tensor, "*batch seq layer"]:
-    r"""$\left(\nfun{seq}{softmax}(X \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}})\right) \ndot{seq} X$: unscaled, unparameterised."""
+    r"""Basic self-attention, unscaled and unparameterised:
+
+    $$\left(\nfun{seq}{softmax}(X \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}})\right)
+      \ndot{seq} X$$
+    """
     weights = softmax(dot_score(inputs, inputs))  # the first `inputs` plays seq_q
     return attend(weights, inputs)
 

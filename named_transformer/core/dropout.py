@@ -1,6 +1,7 @@
 r"""Dropout: zero each entry with probability $p$ while training, and rescale the rest.
 
-$$\text{Dropout}_p(X) = \frac{X \odot M}{1 - p}, \qquad M_i \sim \text{Bernoulli}(1 - p),$$
+$$\text{Dropout}_p(X) = \frac{X \odot M}{1 - p}, \qquad
+  M_i \sim \text{Bernoulli}(1 - p),$$
 
 so the expected value of every entry is unchanged and evaluation needs no correction.
 The Transformer applies it to the attention weights, to each sublayer's output before

@@ -1,12 +1,15 @@
 r"""The position-wise feed-forward network.
 
-$$\text{FFN}(X) = W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2,$$
+$$\text{FFN}(X) = W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1)
+  + b^2,$$
 
-$W^1 \in \mathbb R^{\mathsf{hidden} \times \mathsf{layer}}$, $b^1 \in \mathbb R^{\mathsf{hidden}}$,
-$W^2 \in \mathbb R^{\mathsf{layer} \times \mathsf{hidden}}$, $b^2 \in \mathbb R^{\mathsf{layer}}$
-(the paper's appendix misprints $b^2 \in \mathbb R^{\mathsf{hidden}}$). Nothing here
-names $\mathsf{seq}$, so the same network is applied at every position: it equals a
-kernel-size-1 convolution, seed 04's "1D-convolution".
+$W^1 \in \mathbb R^{\mathsf{hidden} \times \mathsf{layer}}$,
+$b^1 \in \mathbb R^{\mathsf{hidden}}$,
+$W^2 \in \mathbb R^{\mathsf{layer} \times \mathsf{hidden}}$,
+$b^2 \in \mathbb R^{\mathsf{layer}}$ (the paper's appendix misprints
+$b^2 \in \mathbb R^{\mathsf{hidden}}$). Nothing here names $\mathsf{seq}$, so the same
+network is applied at every position: it equals a kernel-size-1 convolution, seed 04's
+"1D-convolution".
 """
 
 from __future__ import annotations
@@ -37,16 +40,17 @@ def relu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden
 
 
 class _ReLU(torch.autograd.Function):
-    r"""ReLU with its gradient written from the output $Y = \operatorname{relu}(X) \ge 0$:
+    r"""ReLU with its gradient written from the output
+    $Y = \operatorname{relu}(X) \ge 0$:
 
     $$\frac{\partial L}{\partial X} = G \odot \operatorname{sign}(Y),$$
 
     1 where the unit fired, 0 where it did not: the same numbers as PyTorch's backward
     pass, which selects $G$ where $X > 0$. Compiled, PyTorch's form makes the compiler
-    keep that comparison as a boolean mask for the backward pass, and its CPU code stores
-    and loads boolean tensors many times more slowly than float ones (the Performance
-    page has the numbers). Written from $Y$, which the backward pass of $W^2$ keeps
-    anyway, the gradient needs no mask.
+    keep that comparison as a boolean mask for the backward pass, and its CPU code
+    stores and loads boolean tensors many times more slowly than float ones (the
+    Performance page has the numbers). Written from $Y$, which the backward pass of
+    $W^2$ keeps anyway, the gradient needs no mask.
     """
 
     @staticmethod
@@ -74,7 +78,8 @@ def feed_forward(
     b2: Float[Tensor, " layer"],
     activation: Callable[[Tensor], Tensor] = relu,
 ) -> Float[Tensor, "*batch layer"]:
-    r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ (``activation`` may be GELU)."""
+    r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$
+    (``activation`` may be GELU)."""
     hidden = activation(
         einsum(inputs, w1, "... layer, hidden layer -> ... hidden") + b1
     )

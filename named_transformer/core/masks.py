@@ -68,7 +68,8 @@ def padding_mask(
 def key_padding_mask(
     lengths: Int[Tensor, "*batch"], seq: int
 ) -> Bool[Tensor, "*batch 1 seq"]:
-    r""":func:`padding_mask` with a size-1 $\mathsf{seq'}$ axis: every query ignores padded keys."""
+    r""":func:`padding_mask` with a size-1 $\mathsf{seq'}$ axis: every query ignores
+    padded keys."""
     return rearrange(padding_mask(lengths, seq), "... seq -> ... 1 seq")
 
 

@@ -1,6 +1,7 @@
 r"""Standardisation and layer normalisation over the $\mathsf{layer}$ axis.
 
-$$\nfun{layer}{standardize}(X) = \frac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}},
+$$\nfun{layer}{standardize}(X)
+  = \frac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}},
 \qquad \text{LayerNorm}(X) = \nfun{layer}{standardize}(X) \odot \gamma + \beta,$$
 
 with $\gamma, \beta \in \mathbb R^{\mathsf{layer}}$. The variance is the biased one
@@ -25,15 +26,16 @@ __all__ = ["layer_norm", "standardize"]
 def standardize(
     inputs: Float[Tensor, "*batch layer"], eps: float = 1e-5
 ) -> Float[Tensor, "*batch layer"]:
-    r"""$\hat X = \dfrac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}}$ (biased variance).
+    r"""$\hat X$: $X$ standardised over $\mathsf{layer}$ (biased variance).
+
+    $$\hat X = \dfrac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}}$$
 
     Its gradient is written out (``_Standardize`` below) rather than left to autograd.
     """
     if torch.is_grad_enabled() and inputs.requires_grad:
         return _Standardize.apply(inputs, eps)
-    return _standardized(inputs, eps)[
-        0
-    ]  # no gradient wanted (decoding): the arithmetic alone
+    # no gradient wanted (decoding): the arithmetic alone
+    return _standardized(inputs, eps)[0]
 
 
 def _mean(inputs: Tensor) -> Tensor:
@@ -52,7 +54,8 @@ def _standardized(inputs: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 
 class _Standardize(torch.autograd.Function):
-    r"""Standardisation with its gradient in named form: for $G = \partial L / \partial \hat X$,
+    r"""Standardisation with its gradient in named form: for
+    $G = \partial L / \partial \hat X$,
 
     $$\frac{\partial L}{\partial X} = \frac{1}{\sigma}\Big(G - \nfun{layer}{mean} G
       - \hat X \odot \nfun{layer}{mean} (G \odot \hat X)\Big),
@@ -93,9 +96,8 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Float[Tensor, "*batch layer"]:
     r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$."""
-    return torch.addcmul(
-        beta, standardize(inputs, eps), gamma
-    )  # beta + x̂ ⊙ gamma, one pass
+    # beta + x̂ ⊙ gamma, one pass
+    return torch.addcmul(beta, standardize(inputs, eps), gamma)
 
 
 # --8<-- [end:layer_norm]

@@ -32,7 +32,11 @@ def attention_pooling_weights(
     w_score: Float[Tensor, " hidden"],
     mask: Bool[Tensor, "*#batch #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq"]:
-    r"""$\alpha = \nfun{seq}{softmax}\left(w \ndot{hidden} \tanh(W \ndot{layer} h + b)\right)$."""
+    r"""The weights $\alpha$: one per state, normalised over $\mathsf{seq}$.
+
+    $$\alpha = \nfun{seq}{softmax}
+      \left(w \ndot{hidden} \tanh(W \ndot{layer} h + b)\right).$$
+    """
     hidden = einsum(states, w_hidden, "... seq layer, hidden layer -> ... seq hidden")
     scores = einsum(
         torch.tanh(hidden + b_hidden), w_score, "... seq hidden, hidden -> ... seq"
@@ -52,7 +56,8 @@ def attention_pooling(
     w_score: Float[Tensor, " hidden"],
     mask: Bool[Tensor, "*#batch #seq"] | None = None,
 ) -> Float[Tensor, "*batch layer"]:
-    r"""$c = \alpha \ndot{seq} h$: one vector per sequence, a weighted average of its states."""
+    r"""$c = \alpha \ndot{seq} h$: one vector per sequence, a weighted average of its
+    states."""
     weights = attention_pooling_weights(states, w_hidden, b_hidden, w_score, mask)
     return einsum(weights, states, "... seq, ... seq layer -> ... layer")
 

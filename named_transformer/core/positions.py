@@ -3,8 +3,10 @@ r"""Where is each token? Sinusoidal positions and clipped relative distances.
 Attention is permutation equivariant, so order must be added to the inputs. The
 Transformer adds a fixed table (0-based position $p$, channel pair $i$):
 
-$$P_{\mathsf{seq}(p),\,\mathsf{layer}(2i)} = \sin\frac{p}{10000^{2i/|\mathsf{layer}|}}, \qquad
-  P_{\mathsf{seq}(p),\,\mathsf{layer}(2i+1)} = \cos\frac{p}{10000^{2i/|\mathsf{layer}|}}.$$
+$$P_{\mathsf{seq}(p),\,\mathsf{layer}(2i)}
+  = \sin\frac{p}{10000^{2i/|\mathsf{layer}|}}, \qquad
+  P_{\mathsf{seq}(p),\,\mathsf{layer}(2i+1)}
+  = \cos\frac{p}{10000^{2i/|\mathsf{layer}|}}.$$
 
 Each channel pair rotates at its own frequency, so for a fixed offset $k$, $P_{p+k}$ is
 a linear (rotation) function of $P_p$.
@@ -37,7 +39,8 @@ def sinusoidal_positions(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Float[Tensor, "seq layer"]:
-    r"""The table $P \in \mathbb R^{\mathsf{seq} \times \mathsf{layer}}$ for positions ``offset`` … ``offset + seq - 1``."""
+    r"""The table $P \in \mathbb R^{\mathsf{seq} \times \mathsf{layer}}$ for positions
+    ``offset`` … ``offset + seq - 1``."""
     positions = torch.arange(offset, offset + seq, dtype=dtype, device=device)
     channels = torch.arange(layer, device=device)
     even_channel = channels - channels % 2  # 2i for both channels of pair i
@@ -61,7 +64,8 @@ def relative_position_index(
     offset: int = 0,
     device: torch.device | str | None = None,
 ) -> Int[Tensor, "seq_q seq"]:
-    r"""$\operatorname{clip}(j - i, k) + k$ for query $i$ (at position ``offset + i``) and key $j$.
+    r"""$\operatorname{clip}(j - i, k) + k$ for query $i$ (at position ``offset + i``)
+    and key $j$.
 
     Query and key lengths may differ: in cross-attention, or in cached decoding, where
     the new queries start at ``offset`` = the cache length.

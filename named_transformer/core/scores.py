@@ -33,7 +33,10 @@ def dot_score(
     queries: Float[Tensor, "*batch seq_q key"],
     keys: Float[Tensor, "*#batch seq key"],
 ) -> Float[Tensor, "*batch seq_q seq"]:
-    r"""Dot product: $Q \ndot{key} K$. No parameters; queries and keys share $\mathsf{key}$."""
+    r"""Dot product: $Q \ndot{key} K$.
+
+    No parameters; queries and keys share $\mathsf{key}$.
+    """
     return einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
 
 
@@ -46,7 +49,8 @@ def scaled_dot_score(
     queries: Float[Tensor, "*batch seq_q key"],
     keys: Float[Tensor, "*#batch seq key"],
 ) -> Float[Tensor, "*batch seq_q seq"]:
-    r"""Scaled dot product (the Transformer's): $\dfrac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}}$.
+    r"""Scaled dot product (the Transformer's):
+    $\dfrac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}}$.
 
     The queries are scaled before the contraction, which touches
     $|\mathsf{seq'}|\cdot|\mathsf{key}|$ numbers instead of
@@ -65,7 +69,8 @@ def general_score(
     keys: Float[Tensor, "*#batch seq key"],
     weight: Float[Tensor, "key_q key"],
 ) -> Float[Tensor, "*batch seq_q seq"]:
-    r"""General (bilinear, Luong): $Q \ndot{key'} W \ndot{key} K$, $W \in \mathbb R^{\mathsf{key'} \times \mathsf{key}}$.
+    r"""General (bilinear, Luong): $Q \ndot{key'} W \ndot{key} K$,
+    $W \in \mathbb R^{\mathsf{key'} \times \mathsf{key}}$.
 
     Queries and keys may have different widths. Dot and scaled dot are the special
     cases $W = I$ and $W = I/\sqrt{|\mathsf{key}|}$.
@@ -86,12 +91,13 @@ def additive_score(
     w_key: Float[Tensor, "hidden key"],
     w_score: Float[Tensor, " hidden"],
 ) -> Float[Tensor, "*batch seq_q seq"]:
-    r"""Additive / concat (Bahdanau): $w \ndot{hidden} \tanh(W_1 \ndot{key'} Q + W_2 \ndot{key} K)$.
+    r"""Additive / concat (Bahdanau):
+    $w \ndot{hidden} \tanh(W_1 \ndot{key'} Q + W_2 \ndot{key} K)$.
 
     Equal to $w^\top \tanh(W[q; k])$ with $W = [W_1\ W_2]$. The sum broadcasts over
-    $\mathsf{seq'} \times \mathsf{seq} \times \mathsf{hidden}$: more memory and time than
-    a dot product, which is why seed 02 calls dot-product attention "faster and more
-    space-efficient".
+    $\mathsf{seq'} \times \mathsf{seq} \times \mathsf{hidden}$: more memory and time
+    than a dot product, which is why seed 02 calls dot-product attention "faster and
+    more space-efficient".
     """
     q = einsum(queries, w_query, "... seq_q key_q, hidden key_q -> ... seq_q hidden")
     k = einsum(keys, w_key, "... seq key, hidden key -> ... seq hidden")
@@ -112,7 +118,8 @@ def cosine_score(
     keys: Float[Tensor, "*#batch seq key"],
     eps: float = 1e-8,
 ) -> Float[Tensor, "*batch seq_q seq"]:
-    r"""Cosine (content-based, Graves): $\dfrac{Q \ndot{key} K}{\|Q\|_{\mathsf{key}}\, \|K\|_{\mathsf{key}}}$.
+    r"""Cosine (content-based, Graves):
+    $\dfrac{Q \ndot{key} K}{\|Q\|_{\mathsf{key}}\, \|K\|_{\mathsf{key}}}$.
 
     Norms are clamped below by ``eps`` (as `torch.nn.functional.cosine_similarity`).
     """

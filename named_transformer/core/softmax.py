@@ -2,11 +2,12 @@ r"""Softmax over a named axis, with inverse temperature, and its hard limit.
 
 Seed 04 writes the attention weights as
 $\mathbf a = \text{[soft](arg)max}_\beta(\mathbf K^\top \mathbf q)$: soft attention
-keeps $\|\mathbf a\|_1 = 1$, hard attention is the one-hot argmax, $\|\mathbf a\|_0 = 1$,
-reached as the inverse temperature $\beta \to \infty$. In named notation the axis that
-is normalised is written beneath the operator:
+keeps $\|\mathbf a\|_1 = 1$, hard attention is the one-hot argmax,
+$\|\mathbf a\|_0 = 1$, reached as the inverse temperature $\beta \to \infty$. In named
+notation the axis that is normalised is written beneath the operator:
 
-$$\nfun{seq}{softmax}(\beta X) = \frac{\exp \beta X}{\sum_{\mathsf{seq}} \exp \beta X}.$$
+$$\nfun{seq}{softmax}(\beta X)
+  = \frac{\exp \beta X}{\sum_{\mathsf{seq}} \exp \beta X}.$$
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 r"""Cached decoding compiled by ``torch.compile``, over a cache of fixed size.
 
-A cached step (:class:`~named_transformer.decoding.incremental.IncrementalDecoder`) does little
-arithmetic on one token: its time goes to the hundreds of small operations around it,
-which a compiler can fuse away. A compiler wants the same shapes at every step, though,
-and the cache grows by one position per step. So this decoder keeps room for
-``capacity`` positions from the start and attends over all of them, masking the slots
-not yet written. With the new token at position $t$, the self-attention mask over the
-slots $j$ of $\mathsf{seq}$ is
+A cached step (:class:`~named_transformer.decoding.incremental.IncrementalDecoder`)
+does little arithmetic on one token: its time goes to the hundreds of small operations
+around it, which a compiler can fuse away. A compiler wants the same shapes at every
+step, though, and the cache grows by one position per step. So this decoder keeps room
+for ``capacity`` positions from the start and attends over all of them, masking the
+slots not yet written. With the new token at position $t$, the self-attention mask over
+the slots $j$ of $\mathsf{seq}$ is
 
 $$M_j = \begin{cases} 0 & j \le t \\ -\infty & j > t \end{cases}
-\qquad \text{Attention}(Q, K, V, M) = \nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right) \ndot{seq} V,$$
+\qquad \text{Attention}(Q, K, V, M) = \nfun{seq}{softmax}
+  \left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right) \ndot{seq} V,$$
 
 which gives every slot after $t$ the weight 0: the same output as attending over the
 $t + 1$ positions seen (a test checks it). The position $t$ enters the step as a tensor,
@@ -32,7 +33,8 @@ __all__ = ["CompiledDecoder"]
 
 # --8<-- [start:CompiledDecoder]
 class CompiledDecoder(IncrementalDecoder):
-    r"""An :class:`~named_transformer.decoding.incremental.IncrementalDecoder` whose one-token step is compiled.
+    r"""An :class:`~named_transformer.decoding.incremental.IncrementalDecoder` whose
+    one-token step is compiled.
 
     Room for ``capacity`` positions (prompt and generated tokens together) is kept from
     the start. The first call compiles the step (tens of seconds with the default
@@ -54,7 +56,8 @@ class CompiledDecoder(IncrementalDecoder):
     ) -> None:
         if model.training:
             raise ValueError(
-                "call model.eval() first: the compiled step reads the position table once"
+                "call model.eval() first: "
+                "the compiled step reads the position table once"
             )
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
@@ -64,14 +67,14 @@ class CompiledDecoder(IncrementalDecoder):
             for layer in self.layers
         ):
             raise ValueError(
-                "CompiledDecoder supports MultiHeadAttention only, not relative self-attention"
+                "CompiledDecoder supports MultiHeadAttention only, "
+                "not relative self-attention"
             )
         self.capacity = capacity
         table = self.embedding.table  # gives the model's dtype, device and width
         self.slots = torch.arange(capacity, device=table.device)
-        with (
-            torch.inference_mode()
-        ):  # P for every slot: the position module applied to zeros
+        # P for every slot: the position module applied to zeros
+        with torch.inference_mode():
             self.position_table = model.positions(
                 table.new_zeros(1, capacity, table.shape[-1])
             )[0]
@@ -88,26 +91,27 @@ class CompiledDecoder(IncrementalDecoder):
                 attention.w_k.shape[-1],
                 attention.w_v.shape[-1],
             )
-            entry.keys = table.new_zeros(
-                batch, heads, self.capacity, key
-            )  # zeros: finite where masked
+            # zeros: finite where masked
+            entry.keys = table.new_zeros(batch, heads, self.capacity, key)
             entry.values = table.new_zeros(batch, heads, self.capacity, val)
 
     @torch.inference_mode()
     def __call__(self, tokens: Tensor) -> Tensor:
-        """Log-probabilities (``batch vocab``) of the token after ``tokens`` (``batch seq``)."""
+        """Log-probabilities (``batch vocab``) of the token after ``tokens``
+        (``batch seq``)."""
         if tokens.shape[-1] > self.capacity:
             raise ValueError(
-                f"{tokens.shape[-1]} positions do not fit the cache's capacity of {self.capacity}"
+                f"{tokens.shape[-1]} positions do not fit "
+                f"the cache's capacity of {self.capacity}"
             )
         if self.caches[0].keys is None:
             self._allocate(tokens.shape[0])
         with shape_checks(False):
-            for position in range(
-                self.length, tokens.shape[-1]
-            ):  # a prompt goes in one token at a time
+            # a prompt goes in one token at a time
+            for position in range(self.length, tokens.shape[-1]):
                 where = torch.tensor([position], device=tokens.device)
-                # a fresh copy: a slice of tokens would have strides that change every step
+                # a fresh copy: a slice of tokens would have strides that
+                # change every step
                 new = tokens[:, position : position + 1].clone(
                     memory_format=torch.contiguous_format
                 )
@@ -116,7 +120,8 @@ class CompiledDecoder(IncrementalDecoder):
         return log_probs[:, -1]
 
     def _step_at(self, new: Tensor, position: Tensor) -> Tensor:
-        """The one-token step at ``position`` (a tensor of one element): the same shapes at every position."""
+        """The one-token step at ``position`` (a tensor of one element): the same shapes
+        at every position."""
         hidden = add_positions(
             self.embedding(new), self.position_table.index_select(0, position)
         )
@@ -130,13 +135,14 @@ class CompiledDecoder(IncrementalDecoder):
         position: Tensor,
         mask: None,
     ):
-        """Write slot ``position`` of the fixed buffers; attend over every slot, masking those after it."""
-        entry.keys.index_copy_(
+        """Write slot ``position`` of the fixed buffers; attend over every slot, masking
+        those after it."""
+        entry.keys.index_copy_(  # allow-raw: write one slot of seq in place
             -2, position, keys
-        )  # allow-raw: write one slot of seq in place
-        entry.values.index_copy_(
+        )
+        entry.values.index_copy_(  # allow-raw: write one slot of seq in place
             -2, position, values
-        )  # allow-raw: write one slot of seq in place
+        )
         seen = rearrange(self.slots <= position, "seq -> 1 seq")  # seq_q = 1
         return entry.keys, entry.values, seen
 

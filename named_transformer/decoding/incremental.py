@@ -2,16 +2,18 @@ r"""The key/value cache: a decoder step that projects only the new token.
 
 **The key/value cache.** A decoder's step $j$ needs the keys and values of positions
 $< j$ in every self-attention layer, which do not change once computed (the causal mask
-stops them from seeing later tokens). The cache keeps them, so each step projects only the
-new token: its query is at position ``offset`` = cache length and attends the cached keys
-plus its own (:func:`~named_transformer.core.masks.causal_mask` and
-:func:`~named_transformer.core.positions.relative_position_index` both take that offset). In
-cross-attention the keys and values of the memory are computed once. The cached step is
-built from the modules' own equations (:func:`~named_transformer.models.multihead.stacked_projection`
-through seed 04's $W_{qkv}$, stacked once per decoding,
-:func:`~named_transformer.models.multihead.attend_heads`, the relative terms) and gives the same
-log-probabilities as recomputing the whole prefix (a test checks ≤ 1e-5). The cache
-keeps room to spare along $\mathsf{seq}$, so a step writes only its own keys and values.
+stops them from seeing later tokens). The cache keeps them, so each step projects only
+the new token: its query is at position ``offset`` = cache length and attends the cached
+keys plus its own (:func:`~named_transformer.core.masks.causal_mask` and
+:func:`~named_transformer.core.positions.relative_position_index` both take that
+offset). In cross-attention the keys and values of the memory are computed once. The
+cached step is built from the modules' own equations
+(:func:`~named_transformer.models.multihead.stacked_projection` through seed 04's
+$W_{qkv}$, stacked once per decoding,
+:func:`~named_transformer.models.multihead.attend_heads`, the relative terms) and gives
+the same log-probabilities as recomputing the whole prefix (a test checks ≤ 1e-5). The
+cache keeps room to spare along $\mathsf{seq}$, so a step writes only its own keys and
+values.
 """
 
 from __future__ import annotations
@@ -47,9 +49,8 @@ class _LayerCache:
     values: Tensor | None = None
     memory_keys: Tensor | None = None
     memory_values: Tensor | None = None
-    w_qkv: Tensor | None = (
-        None  # the self-attention's stacked W_qkv, built once per decoding
-    )
+    # the self-attention's stacked W_qkv, built once per decoding
+    w_qkv: Tensor | None = None
     b_qkv: Tensor | None = None
 
 
@@ -76,7 +77,8 @@ def _cached_attention(
     mask: Tensor | None,
     offset: int,
 ) -> Tensor:
-    """Attention of new queries over (cached + new) keys and values: the modules' own equations."""
+    """Attention of new queries over (cached + new) keys and values: the modules' own
+    equations."""
     if isinstance(attention, RelativeMultiHeadAttention):
         seq_q, seq = queries.shape[-2], keys.shape[-2]
         index = relative_position_index(
@@ -100,7 +102,8 @@ def _cached_attention(
 
 
 def _grow(buffer: Tensor | None, length: int, new: Tensor) -> Tensor:
-    """Write ``new`` positions after the first ``length`` of a ``batch heads seq key`` buffer.
+    """Write ``new`` positions after the first ``length`` of a ``batch heads seq key``
+    buffer.
 
     The buffer has room to spare (its capacity doubles when full), so a step writes only
     its own keys and values instead of copying the whole cache into a longer tensor.
@@ -117,14 +120,16 @@ def _grow(buffer: Tensor | None, length: int, new: Tensor) -> Tensor:
 
 # --8<-- [start:IncrementalDecoder]
 class IncrementalDecoder:
-    r"""Next-token log-probabilities for a growing prefix, with or without a key/value cache.
+    r"""Next-token log-probabilities for a growing prefix, with or without a key/value
+    cache.
 
-    Works for :class:`~named_transformer.models.transformer.Transformer` (pass ``source`` and
-    ``source_mask``; the memory is encoded once) and for
-    :class:`~named_transformer.models.language_model.LanguageModel` (no source). Self-attention
-    modules may be :class:`~named_transformer.models.relative.RelativeMultiHeadAttention`.
-    Call it with the whole prefix so far; with ``cache=True`` only the positions not yet
-    seen are computed. :meth:`select` keeps (and repeats) rows, for beam search.
+    Works for :class:`~named_transformer.models.transformer.Transformer` (pass
+    ``source`` and ``source_mask``; the memory is encoded once) and for
+    :class:`~named_transformer.models.language_model.LanguageModel` (no source).
+    Self-attention modules may be
+    :class:`~named_transformer.models.relative.RelativeMultiHeadAttention`. Call it with
+    the whole prefix so far; with ``cache=True`` only the positions not yet seen are
+    computed. :meth:`select` keeps (and repeats) rows, for beam search.
 
     It works under ``torch.inference_mode``: decoding never needs a gradient, and each
     tiny step then skips autograd's bookkeeping. The log-probabilities it returns cannot
@@ -185,7 +190,8 @@ class IncrementalDecoder:
 
     @torch.inference_mode()
     def __call__(self, tokens: Tensor) -> Tensor:
-        """Log-probabilities (``batch vocab``) of the token after ``tokens`` (``batch seq``)."""
+        """Log-probabilities (``batch vocab``) of the token after ``tokens``
+        (``batch seq``)."""
         if not self.use_cache:
             if self.encoder_decoder:
                 return self.model.decode(tokens, self.memory, self.source_mask)[:, -1]
@@ -222,7 +228,8 @@ class IncrementalDecoder:
         offset: int,
         mask: Tensor | None,
     ):
-        """Store the new keys and values; return every position seen so far and the mask over them."""
+        """Store the new keys and values; return every position seen so far and the mask
+        over them."""
         entry.keys, entry.values = (
             _grow(entry.keys, offset, keys),
             _grow(entry.values, offset, values),

@@ -1,11 +1,13 @@
 r"""Decoding strategies: greedy, sampling and beam search over any next-token step.
 
-A trained model gives $\log p(y_j \mid y_{<j}, x)$. Decoding picks the tokens one at a time:
+A trained model gives $\log p(y_j \mid y_{<j}, x)$. Decoding picks the tokens one at a
+time:
 
-* **greedy**: $y_j = \operatorname{argmax}_{\mathsf{vocab}} \log p(\cdot \mid y_{<j}, x)$;
-* **sampling**: $y_j \sim \nfun{vocab}{softmax}(\beta \log p)$ with the inverse temperature
-  $\beta = 1/T$ of seed 04 ($\beta \to \infty$ is greedy, $\beta = 1$ the model's own
-  distribution), optionally among the ``top_k`` most likely tokens only;
+* **greedy**:
+  $y_j = \operatorname{argmax}_{\mathsf{vocab}} \log p(\cdot \mid y_{<j}, x)$;
+* **sampling**: $y_j \sim \nfun{vocab}{softmax}(\beta \log p)$ with the inverse
+  temperature $\beta = 1/T$ of seed 04 ($\beta \to \infty$ is greedy, $\beta = 1$ the
+  model's own distribution), optionally among the ``top_k`` most likely tokens only;
 * **beam search**: keep the ``width`` best partial sequences by summed log-probability;
   finished ones are ranked by $\log p(Y) / \text{lp}(Y)$ with the length penalty
   $\text{lp}(Y) = ((5 + |Y|)/6)^{\alpha}$ (Wu et al., 2016).
@@ -42,7 +44,8 @@ __all__ = [
 
 @dataclass
 class Decoded:
-    """Generated tokens (after the start tokens), the log-probabilities of every step, scores."""
+    """Generated tokens (after the start tokens), the log-probabilities of every step,
+    scores."""
 
     tokens: Int[Tensor, "batch seq"]
     log_probs: Float[Tensor, "batch seq vocab"] | None = None
@@ -92,11 +95,13 @@ def greedy(
     eos: int | None = None,
     pad: int = 0,
 ) -> Decoded:
-    r"""$y_j = \nfun{vocab}{argmax} \log p(\cdot \mid y_{<j})$ until ``eos`` or ``max_len`` tokens.
+    r"""$y_j = \nfun{vocab}{argmax} \log p(\cdot \mid y_{<j})$ until ``eos`` or
+    ``max_len`` tokens.
 
     ``step`` maps the prefix so far to next-token log-probabilities (an
     :class:`IncrementalDecoder`); ``start`` is the prefix to continue (``<bos>`` for an
-    encoder–decoder, the prompt for a language model). After ``eos`` a row gets ``pad``.
+    encoder–decoder, the prompt for a language model). After ``eos`` a row gets
+    ``pad``.
     """
 
     def choose(log_probs: Tensor) -> Tensor:
@@ -121,7 +126,8 @@ def sample(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> Decoded:
-    r"""$y_j \sim \nfun{vocab}{softmax}(\beta \log p(\cdot \mid y_{<j}))$, $\beta = 1/T$ (seed 04).
+    r"""$y_j \sim \nfun{vocab}{softmax}(\beta \log p(\cdot \mid y_{<j}))$,
+    $\beta = 1/T$ (seed 04).
 
     ``top_k`` keeps only the $k$ most likely tokens (the named softmax's mask).
     ``generator`` makes the draws reproducible.
@@ -154,7 +160,8 @@ def sample(
 def length_penalty(
     length: int | Float[Tensor, "*batch"], alpha: float
 ) -> float | Float[Tensor, "*batch"]:
-    r"""$\text{lp}(Y) = ((5 + |Y|) / 6)^{\alpha}$ (Wu et al., 2016); $\alpha = 0$: no penalty."""
+    r"""$\text{lp}(Y) = ((5 + |Y|) / 6)^{\alpha}$ (Wu et al., 2016);
+    $\alpha = 0$: no penalty."""
     return ((5 + length) / 6) ** alpha
 
 
@@ -173,12 +180,13 @@ def beam_search(
     width: int = 4,
     alpha: float = 0.6,
 ) -> Decoded:
-    r"""Keep the ``width`` most likely prefixes; return each row's best finished sequence.
+    r"""Keep the ``width`` most likely prefixes; return each row's best finished
+    sequence.
 
-    A hypothesis's score is its summed log-probability; at the end (or when every beam has
-    ended with ``eos``) beams are ranked by $\log p(Y)/\text{lp}(Y)$. ``decoder`` is an
-    :class:`IncrementalDecoder` for the ``batch`` rows of ``start``; it is expanded to
-    ``batch × width`` rows and reordered as beams are kept.
+    A hypothesis's score is its summed log-probability; at the end (or when every beam
+    has ended with ``eos``) beams are ranked by $\log p(Y)/\text{lp}(Y)$. ``decoder`` is
+    an :class:`IncrementalDecoder` for the ``batch`` rows of ``start``; it is expanded
+    to ``batch × width`` rows and reordered as beams are kept.
     """
     if width < 1:
         raise ValueError(f"beam width must be >= 1, got {width}")
@@ -189,9 +197,8 @@ def beam_search(
     decoder.select(rows)
     tokens = start[rows]
     scores = torch.full((batch, width), -math.inf, device=device)
-    scores[:, 0] = (
-        0.0  # all beams start equal: keep one so the first step is not repeated
-    )
+    # all beams start equal: keep one so the first step is not repeated
+    scores[:, 0] = 0.0
     finished = torch.zeros(batch * width, dtype=torch.bool, device=device)
     lengths = torch.zeros(batch * width, device=device)
     for _ in range(max_len):

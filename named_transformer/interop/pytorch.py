@@ -1,4 +1,5 @@
-r"""Converting between PyTorch's Transformer modules and the named ones, weights included.
+r"""Converting between PyTorch's Transformer modules and the named ones, weights
+included.
 
 | PyTorch | named_transformer |
 | --- | --- |
@@ -9,24 +10,24 @@ r"""Converting between PyTorch's Transformer modules and the named ones, weights
 | ``nn.TransformerDecoder`` | :class:`Decoder` |
 | ``nn.Transformer`` | :class:`TransformerStacks` |
 
-PyTorch keeps all heads in one matrix, ``in_proj_weight`` $\in \mathbb R^{3hd \times d}$ (seed
-04's stacked $W_{qkv}$), whose rows are ``(three heads key)``; the named weights are the same
-numbers with the axes named: ``rearrange(in_proj_weight, "(three heads key) layer -> three
-heads layer key")``. ``out_proj.weight`` $\in \mathbb R^{d \times hd}$ is
-``layer (heads val)`` and becomes $W^O \in \mathbb R^{\mathsf{heads}\times\mathsf{val}\times
-\mathsf{layer}}$.
+PyTorch keeps all heads in one matrix, ``in_proj_weight`` $\in \mathbb R^{3hd \times d}$
+(seed 04's stacked $W_{qkv}$), whose rows are ``(three heads key)``; the named weights
+are the same numbers with the axes named:
+``rearrange(in_proj_weight, "(three heads key) layer -> three heads layer key")``.
+``out_proj.weight`` $\in \mathbb R^{d \times hd}$ is ``layer (heads val)`` and becomes
+$W^O \in \mathbb R^{\mathsf{heads}\times\mathsf{val}\times\mathsf{layer}}$.
 
 Three conventions differ, and the converted module follows the library's:
 
-- **Boolean masks mean the opposite.** PyTorch's ``attn_mask``/``key_padding_mask`` are True
-  where attention is *blocked*; ours are True where it is *allowed*. :func:`mask_from_torch`
-  converts (and merges the two).
+- **Boolean masks mean the opposite.** PyTorch's ``attn_mask``/``key_padding_mask``
+  are True where attention is *blocked*; ours are True where it is *allowed*.
+  :func:`mask_from_torch` converts (and merges the two).
 - **Batch first.** Named modules take ``*batch seq layer``. A PyTorch module built with
   ``batch_first=False`` takes ``seq batch layer``: convert its inputs with
   ``rearrange(x, "seq batch layer -> batch seq layer")``. The weights are the same.
-- **Fully masked rows.** ``nn.MultiheadAttention`` returns NaN for a query with no allowed
-  key; ours returns zeros. PyTorch's encoder fast path (eval mode, with a padding mask)
-  returns zeros at padded positions; compare non-padded positions only.
+- **Fully masked rows.** ``nn.MultiheadAttention`` returns NaN for a query with no
+  allowed key; ours returns zeros. PyTorch's encoder fast path (eval mode, with a
+  padding mask) returns zeros at padded positions; compare non-padded positions only.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def mask_from_torch(
     r"""Our "may attend" mask from PyTorch's ``attn_mask`` and ``key_padding_mask``.
 
     ``attn_mask`` (``seq_q seq``; per-head 3-D masks do not convert): boolean True =
-    blocked, or float, $-\infty$ = blocked (other float values are additive biases, which a
-    boolean mask cannot express; they raise ValueError).
+    blocked, or float, $-\infty$ = blocked (other float values are additive biases,
+    which a boolean mask cannot express; they raise ValueError).
     ``key_padding_mask`` (``batch seq``): True = padding. Returns ``seq_q seq``,
     ``batch 1 seq`` or their conjunction ``batch seq_q seq``; None if both are None.
     """
@@ -115,7 +116,7 @@ def _check_norms(*norms: nn.LayerNorm) -> None:
             raise ValueError("only LayerNorms with weight and bias convert (bias=True)")
 
 
-# ---------------------------------------------------------------------------- from PyTorch
+# ------------------------------------------------------------------------- from PyTorch
 
 
 # --8<-- [start:attention_from_torch]
@@ -124,7 +125,8 @@ def _attention_from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
         raise ValueError("add_bias_kv and add_zero_attn have no named counterpart")
     if module.kdim != module.vdim:
         raise ValueError(
-            f"kdim={module.kdim} != vdim={module.vdim}: keys and values must share a memory"
+            f"kdim={module.kdim} != vdim={module.vdim}: "
+            "keys and values must share a memory"
         )
     heads, layer = module.num_heads, module.embed_dim
     ours = _like(
@@ -244,8 +246,8 @@ def from_torch(module: nn.Module) -> nn.Module:
 
     Accepts ``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``,
     ``nn.TransformerDecoderLayer``, ``nn.TransformerEncoder``, ``nn.TransformerDecoder``
-    and ``nn.Transformer``. The result is batch-first and reads masks as True = may attend;
-    it is in the same mode (train/eval), dtype and device as ``module``.
+    and ``nn.Transformer``. The result is batch-first and reads masks as True = may
+    attend; it is in the same mode (train/eval), dtype and device as ``module``.
     """
     if isinstance(module, nn.MultiheadAttention):
         ours = _attention_from_torch(module)
@@ -269,7 +271,7 @@ def from_torch(module: nn.Module) -> nn.Module:
 # --8<-- [end:from_torch]
 
 
-# ------------------------------------------------------------------------------ to PyTorch
+# --------------------------------------------------------------------------- to PyTorch
 
 
 def _attention_to_torch(
@@ -277,7 +279,8 @@ def _attention_to_torch(
 ) -> nn.MultiheadAttention:
     if ours.key * ours.heads != ours.layer or ours.val != ours.key:
         raise ValueError(
-            "only narrow heads (|key| = |val| = |layer|/|heads|) convert to nn.MultiheadAttention"
+            "only narrow heads (|key| = |val| = |layer|/|heads|) "
+            "convert to nn.MultiheadAttention"
         )
     theirs = nn.MultiheadAttention(
         ours.layer, ours.heads, dropout=ours.dropout, bias=ours.b_q is not None,
@@ -398,9 +401,8 @@ def _stack_to_torch(ours: Encoder | Decoder, batch_first: bool) -> nn.Module:
         theirs = nn.TransformerDecoder(
             layers[0], len(layers), _final_norm_to_torch(ours.norm)
         )
-    theirs.layers = nn.ModuleList(
-        layers
-    )  # the constructor deep-copies one layer N times
+    # the constructor deep-copies one layer N times
+    theirs.layers = nn.ModuleList(layers)
     return theirs
 
 
@@ -408,8 +410,8 @@ def _stack_to_torch(ours: Encoder | Decoder, batch_first: bool) -> nn.Module:
 def to_torch(module: nn.Module, *, batch_first: bool = True) -> nn.Module:
     """The PyTorch module computing what the named ``module`` computes, weights copied.
 
-    The inverse of :func:`from_torch` for its six kinds. Remember to negate boolean masks
-    (``~mask``) when calling the PyTorch module.
+    The inverse of :func:`from_torch` for its six kinds. Remember to negate boolean
+    masks (``~mask``) when calling the PyTorch module.
     """
     if isinstance(module, MultiHeadAttention):
         theirs = _attention_to_torch(module, batch_first)
@@ -426,7 +428,8 @@ def to_torch(module: nn.Module, *, batch_first: bool = True) -> nn.Module:
             custom_encoder=_stack_to_torch(module.encoder, batch_first),
             custom_decoder=_stack_to_torch(module.decoder, batch_first),
         )  # fmt: skip
-        # nn.Transformer re-initialises the stacks it is given: attach fresh copies after it
+        # nn.Transformer re-initialises the stacks it is given: attach fresh copies
+        # after it
         theirs.encoder = _stack_to_torch(module.encoder, batch_first)
         theirs.decoder = _stack_to_torch(module.decoder, batch_first)
     else:

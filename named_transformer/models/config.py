@@ -1,9 +1,11 @@
-r"""The Transformer's hyperparameters, with the paper's base model as the named default.
+r"""The Transformer's hyperparameters, with the paper's base model as the named
+default.
 
 Vaswani et al. (2017), Table 3, "base": $N = 6$ encoder and 6 decoder layers,
 $d_{\text{model}} = |\mathsf{layer}| = 512$, $h = |\mathsf{heads}| = 8$,
 $d_{ff} = |\mathsf{hidden}| = 2048$, $P_{drop} = 0.1$, so
-$|\mathsf{key}| = |\mathsf{val}| = 64$. "big": 1024 wide, 16 heads, hidden 4096, dropout 0.3.
+$|\mathsf{key}| = |\mathsf{val}| = 64$. "big": 1024 wide, 16 heads, hidden 4096,
+dropout 0.3.
 """
 
 from __future__ import annotations
@@ -27,13 +29,11 @@ class TransformerConfig:
     dropout: float = 0.1
     activation: Literal["relu", "gelu"] = "relu"
     norm_first: bool = False  # post-norm, as the paper; True = pre-norm
-    final_norm: bool | None = (
-        None  # a LayerNorm after each stack; None = same as norm_first
-    )
+    # a LayerNorm after each stack; None = same as norm_first
+    final_norm: bool | None = None
     eps: float = 1e-5
-    fused_attention: bool = (
-        False  # True: PyTorch's fused kernel wherever no weights are asked for
-    )
+    # True: PyTorch's fused kernel wherever no weights are asked for
+    fused_attention: bool = False
 
     def __post_init__(self) -> None:
         for name in ("encoder_layers", "decoder_layers"):

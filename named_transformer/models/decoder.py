@@ -6,11 +6,11 @@ $$T_1 = \text{LayerNorm}(\text{SelfAtt}(Y, M_{\text{causal}}) + Y), \quad
   T_2 = \text{LayerNorm}(\text{CrossAtt}(T_1, H) + T_1), \quad
   Y' = \text{LayerNorm}(\text{FFN}(T_2) + T_2).$$
 
-*Self*-attention takes queries, keys and values from the target sequence $Y$ itself, under
-the causal mask (query position $j$ may attend key position $i$ iff $i \le j$), so a
-prediction never sees later target tokens. *Cross*-attention takes its queries from the
-decoder and its keys and values from the memory $H$, the encoder output: every target
-position may look at every (non-padded) source position.
+*Self*-attention takes queries, keys and values from the target sequence $Y$ itself,
+under the causal mask (query position $j$ may attend key position $i$ iff $i \le j$), so
+a prediction never sees later target tokens. *Cross*-attention takes its queries from
+the decoder and its keys and values from the memory $H$, the encoder output: every
+target position may look at every (non-padded) source position.
 """
 
 from __future__ import annotations
@@ -80,9 +80,11 @@ class DecoderLayer(CountsParameters, nn.Module):
             Float[Tensor, "*batch heads seq_q seq"],
         ]
     ):
-        """``mask`` over target positions (pass a causal mask), ``memory_mask`` over source.
+        """``mask`` over target positions (pass a causal mask), ``memory_mask`` over
+        source.
 
-        Returns the output, or (output, self-attention weights, cross-attention weights).
+        Returns the output, or (output, self-attention weights, cross-attention
+        weights).
         """
         found: list[Tensor] = []
 
@@ -105,7 +107,8 @@ class DecoderLayer(CountsParameters, nn.Module):
 
 # --8<-- [start:Decoder]
 class Decoder(_Stack):
-    r"""A stack of decoder layers sharing one memory, optionally with a final LayerNorm."""
+    r"""A stack of decoder layers sharing one memory, optionally with a final
+    LayerNorm."""
 
     layer_type = DecoderLayer
 
@@ -125,7 +128,8 @@ class Decoder(_Stack):
             list[Float[Tensor, "*batch heads seq_q seq"]],
         ]
     ):
-        """Returns the output, or (output, self weights per layer, cross weights per layer)."""
+        """Returns the output, or (output, self weights per layer, cross weights per
+        layer)."""
         self_weights, cross_weights = [], []
         hidden = inputs
         for decoder_layer in self.layers:

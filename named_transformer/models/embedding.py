@@ -1,8 +1,8 @@
 r"""Token embeddings and positional encodings: what goes into the first layer.
 
-A token $t$ is a one-hot vector $I \in \{0,1\}^{\mathsf{vocab}}$; its embedding is a row of
-$E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, scaled by $\sqrt{|\mathsf{layer}|}$
-(paper A.1):
+A token $t$ is a one-hot vector $I \in \{0,1\}^{\mathsf{vocab}}$; its embedding is a
+row of $E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, scaled by
+$\sqrt{|\mathsf{layer}|}$ (paper A.1):
 
 $$W = (E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}, \qquad X^0 = W + P.$$
 
@@ -11,9 +11,10 @@ Contracting with a one-hot vector is indexing, so the code looks the row up
 embeddings): $\nfun{vocab}{softmax}(E \ndot{layer} X^L)$, see
 :mod:`named_transformer.models.generator`.
 
-$P$ is the fixed sinusoidal table (:func:`named_transformer.core.positions.sinusoidal_positions`)
-or a learned table with one row per position (BERT, GPT-2), which cannot go beyond the
-longest position it was built for. Dropout follows the sum, as in the paper.
+$P$ is the fixed sinusoidal table
+(:func:`named_transformer.core.positions.sinusoidal_positions`) or a learned table with
+one row per position (BERT, GPT-2), which cannot go beyond the longest position it was
+built for. Dropout follows the sum, as in the paper.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def embed(
 
 # --8<-- [start:TokenEmbedding]
 class TokenEmbedding(nn.Module):
-    r"""$E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, its rows scaled by $\sqrt{d}$.
+    r"""$E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, its rows scaled by
+    $\sqrt{d}$.
 
     Initialised $\mathcal N(0, 1/|\mathsf{layer}|)$: after scaling, unit variance.
     """
@@ -103,7 +105,8 @@ class SinusoidalPositions(nn.Module):
         self._tables: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
 
     def _table(self, length: int, like: Tensor) -> Tensor:
-        """Rows 0 … ``length - 1`` (at least) of the table in ``like``'s dtype and device."""
+        """Rows 0 … ``length - 1`` (at least) of the table in ``like``'s dtype and
+        device."""
         key = (like.shape[-1], like.dtype, like.device)
         table = self._tables.get(key)
         if table is None or table.shape[0] < length:
@@ -119,9 +122,8 @@ class SinusoidalPositions(nn.Module):
         self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
     ) -> Float[Tensor, "*batch seq layer"]:
         seq, layer = inputs.shape[-2], inputs.shape[-1]
-        if (
-            torch.compiler.is_compiling()
-        ):  # no Python state in a compiled graph: compute it
+        # no Python state in a compiled graph: compute it
+        if torch.compiler.is_compiling():
             positions = sinusoidal_positions(
                 seq, layer, offset=offset, dtype=inputs.dtype, device=inputs.device
             )
@@ -135,14 +137,14 @@ class SinusoidalPositions(nn.Module):
 
 # --8<-- [start:LearnedPositions]
 class LearnedPositions(nn.Module):
-    r"""$X^0 = X + P$ with a learned $P$ (one row per position, ``max_positions`` rows), dropout."""
+    r"""$X^0 = X + P$ with a learned $P$ (one row per position, ``max_positions``
+    rows), dropout."""
 
     def __init__(self, max_positions: int, layer: int, *, dropout: float = 0.1) -> None:
         super().__init__()
         self.dropout = dropout
-        self.table = nn.Parameter(
-            torch.randn(max_positions, layer) * 0.02
-        )  # GPT-2's scale
+        # GPT-2's scale
+        self.table = nn.Parameter(torch.randn(max_positions, layer) * 0.02)
 
     @checked
     def forward(
@@ -151,8 +153,8 @@ class LearnedPositions(nn.Module):
         seq = inputs.shape[-2]
         if offset + seq > self.table.shape[0]:
             raise ValueError(
-                f"positions up to {offset + seq - 1} requested, but the learned table has "
-                f"{self.table.shape[0]} rows (max_positions)"
+                f"positions up to {offset + seq - 1} requested, but the learned "
+                f"table has {self.table.shape[0]} rows (max_positions)"
             )
         return add_positions(
             inputs, self.table[offset : offset + seq], self.dropout, self.training

@@ -1,6 +1,7 @@
 r"""The encoder: N identical layers of self-attention and feed-forward (paper A.1).
 
-Each layer is two residual sublayers (post-norm shown; see :mod:`named_transformer.models.sublayers`):
+Each layer is two residual sublayers (post-norm shown; see
+:mod:`named_transformer.models.sublayers`):
 
 $$T = \text{LayerNorm}(\text{SelfAtt}(X) + X), \qquad
   X' = \text{LayerNorm}(\text{FFN}(T) + T).$$
@@ -35,8 +36,8 @@ def _recording(
 ) -> Callable[..., Tensor]:
     """``attention`` as a function of its inputs, appending its weights to ``found``.
 
-    Only when ``need_weights``: otherwise the weights are not asked for, and an attention
-    built with ``fused=True`` may then use the fused kernel.
+    Only when ``need_weights``: otherwise the weights are not asked for, and an
+    attention built with ``fused=True`` may then use the fused kernel.
     """
     if not need_weights:
         return attention
@@ -94,7 +95,8 @@ class EncoderLayer(CountsParameters, nn.Module):
             Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"]
         ]
     ):
-        """``mask``: True where query position (row) may attend key position (column)."""
+        """``mask``: True where query position (row) may attend key position
+        (column)."""
         found: list[Tensor] = []
 
         def self_attend(x: Tensor) -> Tensor:
@@ -109,7 +111,8 @@ class EncoderLayer(CountsParameters, nn.Module):
 
 
 class _Stack(CountsParameters, nn.Module):
-    """N layers of one kind, optionally followed by a final LayerNorm (shared by both stacks)."""
+    """N layers of one kind, optionally followed by a final LayerNorm (shared by both
+    stacks)."""
 
     layer_type: type[nn.Module]
 
@@ -163,7 +166,8 @@ class Encoder(_Stack):
             list[Float[Tensor, "*batch heads seq seq"]],
         ]
     ):
-        """Returns the output, or (output, one weights tensor per layer) when ``need_weights``."""
+        """Returns the output, or (output, one weights tensor per layer) when
+        ``need_weights``."""
         weights = []
         hidden = inputs
         for encoder_layer in self.layers:

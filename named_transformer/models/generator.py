@@ -1,6 +1,7 @@
 r"""The generator: from the last layer to log-probabilities over the vocabulary.
 
-$$\log p(\mathsf{vocab} \mid X^L) = \nfun{vocab}{log\,softmax}(E' \ndot{layer} X^L + b),$$
+$$\log p(\mathsf{vocab} \mid X^L)
+  = \nfun{vocab}{log\,softmax}(E' \ndot{layer} X^L + b),$$
 
 with $E' \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$. *Tied* embeddings (paper
 A.1, Press & Wolf 2017) reuse the input embedding table, $E' = E$, saving
@@ -34,9 +35,9 @@ def log_probabilities(
     logits = einsum(inputs, table, "... seq layer, vocab layer -> ... seq vocab")
     if bias is not None:
         logits = logits + bias
-    return torch.log_softmax(
+    return torch.log_softmax(  # allow-raw: normalise along vocab, the last axis
         logits, dim=-1
-    )  # allow-raw: normalise along vocab, the last axis
+    )
 
 
 # --8<-- [end:log_probabilities]
@@ -44,7 +45,8 @@ def log_probabilities(
 
 # --8<-- [start:Generator]
 class Generator(nn.Module):
-    r"""Log-probabilities over the vocabulary; pass ``table`` (an embedding's $E$) to tie."""
+    r"""Log-probabilities over the vocabulary; pass ``table`` (an embedding's $E$) to
+    tie."""
 
     def __init__(
         self,
@@ -61,9 +63,8 @@ class Generator(nn.Module):
         elif tuple(table.shape) != (vocab, layer):
             shape = tuple(table.shape)
             raise ValueError(f"tied table has shape {shape}, expected {(vocab, layer)}")
-        self.table = (
-            table  # the same Parameter object when tied: counted and trained once
-        )
+        # the same Parameter object when tied: counted and trained once
+        self.table = table
         self.bias = nn.Parameter(torch.zeros(vocab)) if bias else None
 
     @checked

@@ -1,8 +1,10 @@
-r"""A decoder-only language model (paper A.1; GPT): predict each token from the ones before.
+r"""A decoder-only language model (paper A.1; GPT): predict each token from the ones
+before.
 
 $$X^0 = E_{\text{tokens}}\sqrt{|\mathsf{layer}|} + P, \qquad
   X^{l} = \text{Block}(X^{l-1}, M_{\text{causal}}), \qquad
-  \log p(\text{token}_{j+1} \mid \text{tokens}_{\le j}) = \nfun{vocab}{log\,softmax}(E \ndot{layer} X^L)_j.$$
+  \log p(\text{token}_{j+1} \mid \text{tokens}_{\le j})
+  = \nfun{vocab}{log\,softmax}(E \ndot{layer} X^L)_j.$$
 
 With no encoder there is nothing to cross-attend, so a block is an encoder layer
 (self-attention, feed-forward) under the causal mask. The output reuses the embedding
@@ -76,7 +78,8 @@ class LanguageModel(CountsParameters, nn.Module):
             list[Float[Tensor, "*batch heads seq seq"]],
         ]
     ):
-        """Log-probabilities of the next token at every position (and per-layer weights)."""
+        """Log-probabilities of the next token at every position (and per-layer
+        weights)."""
         mask = causal_mask(tokens.shape[-1], device=tokens.device)
         embedded = self.positions(self.embedding(tokens))
         if need_weights:

@@ -2,28 +2,33 @@ r"""Multi-head attention with named weights (the named tensor paper, Appendix A.
 
 Each head projects the inputs with its own slice of named weight tensors,
 $W^Q, W^K \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{key}}$,
-$W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{val}}$, attends, and
-$W^O \in \mathbb R^{\mathsf{heads} \times \mathsf{val} \times \mathsf{layer}}$ contracts the
-heads and their values back to the model width:
+$W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{val}}$,
+attends, and
+$W^O \in \mathbb R^{\mathsf{heads} \times \mathsf{val} \times \mathsf{layer}}$ contracts
+the heads and their values back to the model width:
 
-$$Q = W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}, \quad K = W^K \ndot{layer} X, \quad
+$$Q = W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}, \quad
+  K = W^K \ndot{layer} X, \quad
   V = W^V \ndot{layer} X,$$
-$$Y = W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)_{\mathsf{seq'}\to\mathsf{seq}}.$$
+$$Y = W^O \ndot{heads, val}
+  \text{Attention}(Q, K, V, M)_{\mathsf{seq'}\to\mathsf{seq}}.$$
 
 Attention never names $\mathsf{heads}$, so it is *lifted* over it: no loop over heads.
-In cross-attention the keys and values come from a memory (the encoder output) whose width
-may differ from $\mathsf{layer}$ (seed 04's ``d_input``, PyTorch's ``kdim``/``vdim``):
+In cross-attention the keys and values come from a memory (the encoder output) whose
+width may differ from $\mathsf{layer}$ (seed 04's ``d_input``, PyTorch's
+``kdim``/``vdim``):
 $W^K, W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{memory} \times \mathsf{key}}$.
 
 The paper's heads are *narrow*,
 $|\mathsf{key}| = |\mathsf{val}| = |\mathsf{layer}|/|\mathsf{heads}|$, so
 $4|\mathsf{layer}|^2$ weights whatever the number of heads; seed 01's heads are *wide*,
-each of full width $|\mathsf{key}| = |\mathsf{layer}|$ and $W \in \mathbb R^{d \times hd}$.
-Seed 04 stacks all projections into one tall matrix $W_{qkv}$; :func:`stacked_projection`
-shows that this is the same computation (and it is PyTorch's ``in_proj_weight`` layout).
+each of full width $|\mathsf{key}| = |\mathsf{layer}|$ and
+$W \in \mathbb R^{d \times hd}$. Seed 04 stacks all projections into one tall matrix
+$W_{qkv}$; :func:`stacked_projection` shows that this is the same computation (and it
+is PyTorch's ``in_proj_weight`` layout).
 
-Masks are boolean, True = may attend. **`torch.nn.MultiheadAttention` reads a boolean mask
-the other way round**: pass ``~attn_mask`` (and ``~key_padding_mask``) here.
+Masks are boolean, True = may attend. **`torch.nn.MultiheadAttention` reads a boolean
+mask the other way round**: pass ``~attn_mask`` (and ``~key_padding_mask``) here.
 """
 
 from __future__ import annotations
@@ -91,14 +96,16 @@ def attend_heads(
 ) -> tuple[
     Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
 ]:
-    r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)$ from already projected heads.
+    r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)$ from already projected
+    heads.
 
-    Keys and values are arguments of their own, so they may come from a cache of earlier
-    steps (cached decoding) rather than from the same call as the queries. Returns the
-    output and the attention weights (before dropout), one distribution per head and
-    query. ``dropout`` drops attention weights, as in PyTorch. ``fused=True`` computes
-    the attention by PyTorch's fused kernel (:func:`~named_transformer.core.attention.fused_attention`)
-    and returns None for the weights.
+    Keys and values are arguments of their own, so they may come from a cache of
+    earlier steps (cached decoding) rather than from the same call as the queries.
+    Returns the output and the attention weights (before dropout), one distribution per
+    head and query. ``dropout`` drops attention weights, as in PyTorch. ``fused=True``
+    computes the attention by PyTorch's fused kernel
+    (:func:`~named_transformer.core.attention.fused_attention`) and returns None for
+    the weights.
     """
     if mask is not None:
         mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
@@ -121,7 +128,8 @@ def merge_heads(
     w_o: Float[Tensor, "heads val layer"],
     b_o: Float[Tensor, " layer"] | None = None,
 ) -> Float[Tensor, "*batch seq_q layer"]:
-    r"""$W^O \ndot{heads, val} Y (+ b^O)$: contract the heads and their values back to $\mathsf{layer}$.
+    r"""$W^O \ndot{heads, val} Y (+ b^O)$: contract the heads and their values back to
+    $\mathsf{layer}$.
 
     One contraction over two axes: the "concatenate the heads, then a linear layer" of
     seeds 01 and 04, without the concatenation.
@@ -155,8 +163,11 @@ def multihead_attention(
 ) -> tuple[
     Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
 ]:
-    r"""$W^O \ndot{heads, val} \text{Attention}(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
-    W^K \ndot{memory} X_m, W^V \ndot{memory} X_m, M)$.
+    r"""Multi-head attention of ``inputs`` over ``memory``, the weights passed in.
+
+    $$W^O \ndot{heads, val} \text{Attention}(
+      W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
+      W^K \ndot{memory} X_m, W^V \ndot{memory} X_m, M).$$
 
     Self-attention passes the inputs as the memory ($\mathsf{memory} = \mathsf{layer}$);
     cross-attention passes the encoder output. Returns (output, weights); the weights
@@ -178,7 +189,8 @@ def stack_qkv(
     w_k: Float[Tensor, "heads layer key"],
     w_v: Float[Tensor, "heads layer key"],
 ) -> Float[Tensor, "qkv layer"]:
-    r"""Seed 04's tall matrix: $W_{qkv}$ stacks $W_q^1 \dots W_q^h, W_k^1 \dots, W_v^1 \dots$.
+    r"""Seed 04's tall matrix: $W_{qkv}$ stacks
+    $W_q^1 \dots W_q^h, W_k^1 \dots, W_v^1 \dots$.
 
     This is exactly PyTorch's ``in_proj_weight`` ($3hd \times d$).
     """
@@ -237,7 +249,8 @@ def multihead_self_attention(
 ) -> tuple[
     Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"] | None
 ]:
-    r""":func:`multihead_attention` with $X_m = X$, projecting through seed 04's stacked $W_{qkv}$.
+    r""":func:`multihead_attention` with $X_m = X$, projecting through seed 04's stacked
+    $W_{qkv}$.
 
     When queries, keys and values all come from $X$, one product with the tall
     $W_{qkv}$ replaces three (as PyTorch's ``in_proj_weight`` does): the same numbers,
@@ -255,7 +268,8 @@ def multihead_self_attention(
 
 
 def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
-    """Glorot/Xavier uniform on the flattened (fan_out × fan_in) matrix, as PyTorch's MHA."""
+    """Glorot/Xavier uniform on the flattened (fan_out × fan_in) matrix, as PyTorch's
+    MHA."""
     bound = math.sqrt(6.0 / (fan_in + fan_out))
     return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
@@ -267,15 +281,17 @@ class MultiHeadAttention(CountsParameters, nn.Module):
     Args:
         layer: model width $|\mathsf{layer}|$ of the queries and of the output.
         heads: number of heads $|\mathsf{heads}|$.
-        memory: width of the keys' and values' source (cross-attention); default ``layer``.
-        key, val: widths of one head; default $|\mathsf{layer}|/|\mathsf{heads}|$ (narrow,
-            the paper) or $|\mathsf{layer}|$ when ``wide=True`` (seed 01).
+        memory: width of the keys' and values' source (cross-attention); default
+            ``layer``.
+        key, val: widths of one head; default $|\mathsf{layer}|/|\mathsf{heads}|$
+            (narrow, the paper) or $|\mathsf{layer}|$ when ``wide=True`` (seed 01).
         bias: learn $b^Q, b^K, b^V \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$ and
             $b^O \in \mathbb R^{\mathsf{layer}}$ (PyTorch's default).
         dropout: probability of dropping an attention weight while training.
         fused: compute the attention by PyTorch's fused kernel
-            (:func:`~named_transformer.core.attention.fused_attention`) whenever the weights
-            are not asked for. An explicit option: off, the named equations run.
+            (:func:`~named_transformer.core.attention.fused_attention`) whenever the
+            weights are not asked for. An explicit option: off, the named equations
+            run.
     """
 
     def __init__(
@@ -301,8 +317,9 @@ class MultiHeadAttention(CountsParameters, nn.Module):
                 key = layer
             elif layer % heads != 0:
                 raise ValueError(
-                    f"layer={layer} is not divisible by heads={heads}: narrow heads need "
-                    "|key| = |layer|/|heads|; pass key=..., or wide=True for full-width heads"
+                    f"layer={layer} is not divisible by heads={heads}: "
+                    "narrow heads need |key| = |layer|/|heads|; "
+                    "pass key=..., or wide=True for full-width heads"
                 )
             else:
                 key = layer // heads
@@ -353,13 +370,15 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         if memory is None and self._stackable:  # self-attention: one stacked projection
             outputs, weights = multihead_self_attention(
                 inputs, self.w_q, self.w_k, self.w_v, self.w_o, mask,
-                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training, fused,
+                self.b_q, self.b_k, self.b_v, self.b_o,
+                self.dropout, self.training, fused,
             )  # fmt: skip
         else:
             outputs, weights = multihead_attention(
                 inputs, inputs if memory is None else memory,
                 self.w_q, self.w_k, self.w_v, self.w_o, mask,
-                self.b_q, self.b_k, self.b_v, self.b_o, self.dropout, self.training, fused,
+                self.b_q, self.b_k, self.b_v, self.b_o,
+                self.dropout, self.training, fused,
             )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
 

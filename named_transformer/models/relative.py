@@ -1,21 +1,24 @@
 r"""Relative position representations (Shaw, Uszkoreit & Vaswani 2018; seed 02).
 
-Instead of adding absolute positions to the inputs, each attention layer learns one vector
-per *clipped distance* between a query at position $i$ and a key at position $j$, for the
-keys and for the values, shared by all heads:
-$a^K, a^V \in \mathbb R^{\mathsf{distance} \times \mathsf{key}}$, $|\mathsf{distance}| = 2k+1$.
+Instead of adding absolute positions to the inputs, each attention layer learns one
+vector per *clipped distance* between a query at position $i$ and a key at position
+$j$, for the keys and for the values, shared by all heads:
+$a^K, a^V \in \mathbb R^{\mathsf{distance} \times \mathsf{key}}$,
+$|\mathsf{distance}| = 2k+1$.
 
-$$e_{ij} = \frac{q_i \ndot{key} (k_j + a^K_{\operatorname{clip}(j-i,\,k)})}{\sqrt{|\mathsf{key}|}},
+$$e_{ij} = \frac{q_i \ndot{key}
+  (k_j + a^K_{\operatorname{clip}(j-i,\,k)})}{\sqrt{|\mathsf{key}|}},
   \qquad \alpha = \nfun{seq}{softmax}\, e, \qquad
   z_i = \sum_j \alpha_{ij} \left(v_j + a^V_{\operatorname{clip}(j-i,\,k)}\right).$$
 
-Distances beyond $k$ are clipped, so the model generalises to lengths unseen in training.
-The tables add $2(2k+1)|\mathsf{key}|$ parameters to multi-head attention. Looking the
-table up by the index matrix of :func:`named_transformer.core.positions.relative_position_index`
-gives $R^K \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq} \times \mathsf{key}}$ (one copy,
+Distances beyond $k$ are clipped, so the model generalises to lengths unseen in
+training. The tables add $2(2k+1)|\mathsf{key}|$ parameters to multi-head attention.
+Looking the table up by the index matrix of
+:func:`named_transformer.core.positions.relative_position_index` gives
+$R^K \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq} \times \mathsf{key}}$ (one copy,
 not one per example or head); the relative terms are then plain contractions,
-$Q \ndot{key} R^K$ and $\alpha \ndot{seq} R^V$. Query and key lengths may differ: with a
-cache of $c$ earlier positions, the queries start at ``offset`` $= c$.
+$Q \ndot{key} R^K$ and $\alpha \ndot{seq} R^V$. Query and key lengths may differ: with
+a cache of $c$ earlier positions, the queries start at ``offset`` $= c$.
 """
 
 from __future__ import annotations
@@ -56,7 +59,10 @@ def relative_attention_weights(
     index: Int[Tensor, "seq_q seq"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq_q seq"]:
-    r"""$\nfun{seq}{softmax}\left((Q \ndot{key} K + Q \ndot{key} R^K)/\sqrt{|\mathsf{key}|} + M\right)$.
+    r"""Attention weights with the relative key term $Q \ndot{key} R^K$.
+
+    $$\nfun{seq}{softmax}\left((Q \ndot{key} K + Q \ndot{key} R^K)/\sqrt{|\mathsf{key}|}
+      + M\right)$$
 
     $R^K = a^K_{\text{index}}$ looks up one row of $a^K$ per (query, key) pair.
     """
@@ -112,7 +118,8 @@ def relative_multihead_attention(
 ) -> tuple[
     Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
 ]:
-    r"""Multi-head attention with Shaw et al.'s relative terms; $k = (|\mathsf{distance}| - 1)/2$.
+    r"""Multi-head attention with Shaw et al.'s relative terms;
+    $k = (|\mathsf{distance}| - 1)/2$.
 
     The first query sits at position ``offset`` (the cache length when decoding step by
     step), the first key at 0. Returns (output, weights).
@@ -136,7 +143,8 @@ def relative_multihead_attention(
 
 # --8<-- [start:RelativeMultiHeadAttention]
 class RelativeMultiHeadAttention(MultiHeadAttention):
-    r""":class:`MultiHeadAttention` plus $a^K, a^V \in \mathbb R^{(2k+1) \times \mathsf{key}}$.
+    r""":class:`MultiHeadAttention` plus
+    $a^K, a^V \in \mathbb R^{(2k+1) \times \mathsf{key}}$.
 
     ``max_distance`` is the clipping distance $k$; the other arguments are those of
     :class:`MultiHeadAttention`.
@@ -172,11 +180,14 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
         ]
     ):
-        """As :meth:`MultiHeadAttention.forward`; ``offset`` is the first query's position."""
+        """As :meth:`MultiHeadAttention.forward`; ``offset`` is the first query's
+        position."""
         memory = inputs if memory is None else memory
         outputs, weights = relative_multihead_attention(
-            inputs, memory, self.w_q, self.w_k, self.w_v, self.w_o, self.a_k, self.a_v, mask,
-            self.b_q, self.b_k, self.b_v, self.b_o, offset, self.dropout, self.training,
+            inputs, memory, self.w_q, self.w_k, self.w_v, self.w_o,
+            self.a_k, self.a_v, mask,
+            self.b_q, self.b_k, self.b_v, self.b_o,
+            offset, self.dropout, self.training,
         )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
 

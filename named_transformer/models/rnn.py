@@ -1,20 +1,24 @@
-r"""Recurrent cells in named notation: Elman (paper §4.2), GRU and LSTM as PyTorch defines them.
+r"""Recurrent cells in named notation: Elman (paper §4.2), GRU and LSTM as PyTorch
+defines them.
 
-A recurrent cell maps the previous state $h \in \mathbb R^{\mathsf{hidden}}$ and an input
-$x \in \mathbb R^{\mathsf{input}}$ to the next state. The named tensor paper (§4.2)
-writes the Elman network with a primed axis for the new state and renames it back:
+A recurrent cell maps the previous state $h \in \mathbb R^{\mathsf{hidden}}$ and an
+input $x \in \mathbb R^{\mathsf{input}}$ to the next state. The named tensor paper
+(§4.2) writes the Elman network with a primed axis for the new state and renames it
+back:
 
 $$h^{t} = \tanh\left(W^h \ndot{hidden} h^{t-1} + W^i \ndot{input} x^t + b\right)
   _{\mathsf{hidden'}\to\mathsf{hidden}},$$
 
 $W^h \in \mathbb R^{\mathsf{hidden'} \times \mathsf{hidden}}$,
-$W^i \in \mathbb R^{\mathsf{hidden'} \times \mathsf{input}}$, $b \in \mathbb R^{\mathsf{hidden'}}$.
-In code the rename is only an annotation: the result is declared `hidden` again.
+$W^i \in \mathbb R^{\mathsf{hidden'} \times \mathsf{input}}$,
+$b \in \mathbb R^{\mathsf{hidden'}}$. In code the rename is only an annotation: the
+result is declared `hidden` again.
 
-The gated cells stack their gates along a named axis $\mathsf{gates}$ exactly as PyTorch
-stores them (``weight_ih`` is $(\mathsf{gates}\cdot\mathsf{hidden'}) \times \mathsf{input}$
-with gates in the order r, z, n for the GRU and i, f, g, o for the LSTM), so the named
-weights $W^i \in \mathbb R^{\mathsf{gates} \times \mathsf{hidden'} \times \mathsf{input}}$ are
+The gated cells stack their gates along a named axis $\mathsf{gates}$ exactly as
+PyTorch stores them (``weight_ih`` is
+$(\mathsf{gates}\cdot\mathsf{hidden'}) \times \mathsf{input}$ with gates in the order
+r, z, n for the GRU and i, f, g, o for the LSTM), so the named weights
+$W^i \in \mathbb R^{\mathsf{gates} \times \mathsf{hidden'} \times \mathsf{input}}$ are
 PyTorch's with the gate axis split out. Every function is lifted over any leading
 $\mathsf{batch}$ axes. Seeds 02 and 05 build the seq2seq encoder and decoder from these
 cells (see :mod:`named_transformer.models.seq2seq`).
@@ -78,7 +82,8 @@ def gru_cell(
     b_input: Float[Tensor, "gates hidden_next"],
     b_hidden: Float[Tensor, "gates hidden_next"],
 ) -> Float[Tensor, "*batch hidden"]:
-    r"""GRU exactly as `torch.nn.GRUCell` (the reset gate acts *after* the hidden projection).
+    r"""GRU exactly as `torch.nn.GRUCell` (the reset gate acts *after* the hidden
+    projection).
 
     With $G^i = W^i \ndot{input} x + b^i$ and $G^h = W^h \ndot{hidden} h + b^h$, both in
     $\mathbb R^{\mathsf{gates} \times \mathsf{hidden'}}$, gates $(r, z, n)$:
@@ -86,8 +91,9 @@ def gru_cell(
     $$r = \sigma(G^i_r + G^h_r),\quad z = \sigma(G^i_z + G^h_z),\quad
       n = \tanh(G^i_n + r \odot G^h_n),\quad h' = (1 - z) \odot n + z \odot h.$$
 
-    Cho et al. (2014) put $r$ *before* the projection, $W^h_n \ndot{hidden} (r \odot h)$;
-    PyTorch (and cuDNN) apply it after, which is what we match.
+    Cho et al. (2014) put $r$ *before* the projection,
+    $W^h_n \ndot{hidden} (r \odot h)$; PyTorch (and cuDNN) apply it after, which is
+    what we match.
     """
     from_input = einsum(
         w_input, inputs, "gates hidden_next input, ... input -> ... gates hidden_next"
@@ -119,9 +125,10 @@ def lstm_cell(
 ) -> tuple[Float[Tensor, "*batch hidden"], Float[Tensor, "*batch hidden"]]:
     r"""LSTM exactly as `torch.nn.LSTMCell`; returns the new state and cell $(h', c')$.
 
-    $G = W^i \ndot{input} x + b^i + W^h \ndot{hidden} h + b^h \in \mathbb R^{\mathsf{gates}
-    \times \mathsf{hidden'}}$, gates $(i, f, g, o)$:
+    With gates $(i, f, g, o)$:
 
+    $$G = W^i \ndot{input} x + b^i + W^h \ndot{hidden} h + b^h
+      \in \mathbb R^{\mathsf{gates} \times \mathsf{hidden'}},$$
     $$c' = \sigma(G_f) \odot c + \sigma(G_i) \odot \tanh(G_g),\qquad
       h' = \sigma(G_o) \odot \tanh(c').$$
     """
@@ -150,7 +157,8 @@ def lstm_cell(
 def _check_sizes(input_size: int, hidden_size: int) -> None:
     if input_size < 1 or hidden_size < 1:
         raise ValueError(
-            f"input_size and hidden_size must be positive, got {input_size} and {hidden_size}"
+            "input_size and hidden_size must be positive, "
+            f"got {input_size} and {hidden_size}"
         )
 
 
@@ -211,7 +219,8 @@ class GRUCell(nn.Module):
 
 # --8<-- [start:LSTMCell]
 class LSTMCell(nn.Module):
-    r"""Named LSTM cell with four stacked gates (i, f, g, o), as in :func:`lstm_cell`."""
+    r"""Named LSTM cell with four stacked gates (i, f, g, o), as in
+    :func:`lstm_cell`."""
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()

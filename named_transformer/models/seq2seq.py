@@ -1,4 +1,5 @@
-r"""Sequence to sequence with and without attention (Bahdanau, Cho & Bengio, 2015; seeds 02, 05).
+r"""Sequence to sequence with and without attention (Bahdanau, Cho & Bengio, 2015;
+seeds 02, 05).
 
 An RNN encoder–decoder reads the source $x_1, \dots, x_T$ and writes the target
 $y_1, \dots, y_{T'}$. The basic one (Cho et al., 2014; Sutskever et al., 2014) squeezes
@@ -7,16 +8,18 @@ seed 02 names the drawback: "the performance of basic encoder–decoder drops ra
 the length of an input sentence increases". Bahdanau et al. keep one *annotation* per
 source position and let the decoder look back at all of them at every step:
 
-$$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j] \in \mathbb R^{\mathsf{annotation}},\qquad
+$$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]
+  \in \mathbb R^{\mathsf{annotation}},\qquad
   \alpha_{i\cdot} = \nfun{seq}{softmax}\; a(s_{i-1}, h),\qquad
   c_i = \alpha_{i\cdot} \ndot{seq} h,$$
 
 $$s_i = f(s_{i-1}, y_{i-1}, c_i),\qquad p(y_i \mid y_{<i}, x) = g(y_{i-1}, s_i, c_i),$$
 
-with $f$ a GRU (:func:`named_transformer.models.rnn.gru_cell`) and $a$ the additive score of the
-zoo, $a(s, h) = w \ndot{hidden} \tanh(W_1 \ndot{key'} s + W_2 \ndot{key} h)$
-(:func:`named_transformer.core.scores.additive_score`). Luong's dot, general and concat scores
-are selectable; "concat" $w^\top \tanh(W[s; h])$ *is* the additive score with
+with $f$ a GRU (:func:`named_transformer.models.rnn.gru_cell`) and $a$ the additive
+score of the zoo,
+$a(s, h) = w \ndot{hidden} \tanh(W_1 \ndot{key'} s + W_2 \ndot{key} h)$
+(:func:`named_transformer.core.scores.additive_score`). Luong's dot, general and concat
+scores are selectable; "concat" $w^\top \tanh(W[s; h])$ *is* the additive score with
 $W = [W_1\ W_2]$. Everything is batched: padded source positions get annotation 0 and
 attention weight exactly 0, and the backward direction starts at each sequence's last
 real token.
@@ -66,7 +69,8 @@ def recurrence(
     cell: Callable[[Tensor, Tensor], Tensor],
     reverse: bool = False,
 ) -> tuple[Float[Tensor, "*batch seq hidden"], Float[Tensor, "*batch hidden"]]:
-    r"""Run a cell along $\mathsf{seq}$: $h_t = f(x_t, h_{t-1})$ where ``mask`` is True, else $h_t = h_{t-1}$.
+    r"""Run a cell along $\mathsf{seq}$: $h_t = f(x_t, h_{t-1})$ where ``mask`` is
+    True, else $h_t = h_{t-1}$.
 
     Padding sits at the end of each row, so a state freezes after the last real token
     (the forward direction) or stays at ``initial`` until it reaches the last real token
@@ -92,7 +96,8 @@ def bidirectional_annotations(
     forward_states: Float[Tensor, "*batch seq hidden"],
     backward_states: Float[Tensor, "*batch seq hidden"],
 ) -> Float[Tensor, "*batch seq annotation"]:
-    r"""$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]$: $|\mathsf{annotation}| = 2|\mathsf{hidden}|$."""
+    r"""$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]$:
+    $|\mathsf{annotation}| = 2|\mathsf{hidden}|$."""
     return rearrange(
         [forward_states, backward_states],
         "direction ... seq hidden -> ... seq (direction hidden)",
@@ -107,7 +112,8 @@ def bidirectional_annotations(
 def reverse_padded(
     tokens: Int[Tensor, "*batch seq"], lengths: Int[Tensor, "*batch"]
 ) -> Int[Tensor, "*batch seq"]:
-    r"""Sutskever et al.'s trick: reverse each source's real tokens, leave the padding at the end."""
+    r"""Sutskever et al.'s trick: reverse each source's real tokens, leave the padding
+    at the end."""
     positions = torch.arange(tokens.shape[-1], device=tokens.device)
     lengths = rearrange(lengths, "... -> ... 1")
     index = torch.where(positions < lengths, lengths - 1 - positions, positions)
@@ -125,7 +131,8 @@ def bahdanau_attention(
     mask: Bool[Tensor, "*batch seq"],
     score: Callable[[Tensor, Tensor], Tensor],
 ) -> tuple[Float[Tensor, "*batch annotation"], Float[Tensor, "*batch seq"]]:
-    r"""One decoder step's context: $\alpha_i = \nfun{seq}{softmax}\, a(s_{i-1}, h)$, $c_i = \alpha_i \ndot{seq} h$.
+    r"""One decoder step's context: $\alpha_i = \nfun{seq}{softmax}\, a(s_{i-1}, h)$,
+    $c_i = \alpha_i \ndot{seq} h$.
 
     ``score`` is any function of the zoo with its weights bound; the decoder state is
     the single query (a size-1 $\mathsf{seq'}$ axis). Returns $(c_i, \alpha_i)$.
@@ -155,7 +162,10 @@ def readout(
     w_embedded: Float[Tensor, "vocab layer"],
     bias: Float[Tensor, " vocab"],
 ) -> Float[Tensor, "*batch vocab"]:
-    r"""$g(y_{i-1}, s_i, c_i) = W_s \ndot{hidden} s_i + W_c \ndot{annotation} c_i + W_e \ndot{layer} E y_{i-1} + b$: the logits.
+    r"""The logits $g(y_{i-1}, s_i, c_i)$.
+
+    $$g(y_{i-1}, s_i, c_i) = W_s \ndot{hidden} s_i + W_c \ndot{annotation} c_i
+      + W_e \ndot{layer} E y_{i-1} + b$$
 
     One linear map of the concatenation $[s_i; c_i; E y_{i-1}]$, written as three
     contractions so that no axis has to be glued. (Bahdanau et al. add a maxout layer;
@@ -185,10 +195,12 @@ def _check_positive(**sizes: int) -> None:
 
 # --8<-- [start:BidirectionalEncoder]
 class BidirectionalEncoder(nn.Module):
-    r"""Embed the source, run a forward and a backward GRU, concatenate: $h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]$.
+    r"""Embed the source, run a forward and a backward GRU, concatenate:
+    $h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]$.
 
     Also returns $\overleftarrow{h}_1$, the backward state at the first position, from
-    which Bahdanau et al. initialise the decoder: $s_0 = \tanh(W_s \overleftarrow{h}_1)$.
+    which Bahdanau et al. initialise the decoder:
+    $s_0 = \tanh(W_s \overleftarrow{h}_1)$.
     """
 
     def __init__(self, vocab: int, layer: int, hidden: int) -> None:
@@ -259,7 +271,8 @@ class _Decoder(nn.Module):
     def run(
         self, summary, annotations, mask, targets, bos, teacher_forcing, steps, eos
     ):
-        """Decode ``steps`` tokens; feed the truth with probability ``teacher_forcing``."""
+        """Decode ``steps`` tokens; feed the truth with probability
+        ``teacher_forcing``."""
         state = torch.tanh(
             einsum(
                 self.w_initial, summary, "hidden memory, batch memory -> batch hidden"
@@ -295,7 +308,8 @@ class _Decoder(nn.Module):
 
 # --8<-- [start:AttentionDecoder]
 class AttentionDecoder(_Decoder):
-    r"""$s_i = \mathrm{GRU}([E y_{i-1}; c_i], s_{i-1})$ with $c_i$ from :func:`bahdanau_attention`.
+    r"""$s_i = \mathrm{GRU}([E y_{i-1}; c_i], s_{i-1})$ with $c_i$ from
+    :func:`bahdanau_attention`.
 
     ``score`` picks the alignment model $a$: ``"additive"`` (Bahdanau, the default),
     or Luong's ``"dot"`` (needs $|\mathsf{hidden}| = |\mathsf{annotation}|$),
@@ -318,7 +332,8 @@ class AttentionDecoder(_Decoder):
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         if score == "dot" and hidden != annotation:
             raise ValueError(
-                f"the dot score needs hidden == annotation, got {hidden} and {annotation}"
+                "the dot score needs hidden == annotation, "
+                f"got {hidden} and {annotation}"
             )
         self.score = score
         width = hidden if attention is None else attention
@@ -369,7 +384,8 @@ class AttentionDecoder(_Decoder):
 
 # --8<-- [start:FixedContextDecoder]
 class FixedContextDecoder(_Decoder):
-    r"""The basic decoder (Cho et al., 2014): every step sees the same $c$, the encoder's last state.
+    r"""The basic decoder (Cho et al., 2014): every step sees the same $c$, the
+    encoder's last state.
 
     $s_0 = \tanh(W_s c)$, $s_i = \mathrm{GRU}([E y_{i-1}; c], s_{i-1})$,
     $p(y_i) = g(y_{i-1}, s_i, c)$. It is the attention decoder with a single annotation
@@ -408,9 +424,9 @@ class FixedContextDecoder(_Decoder):
 def _truncate_after_eos(tokens: Tensor, eos: int | None, pad: int) -> Tensor:
     if eos is None:
         return tokens
-    seen = torch.cumsum(
+    seen = torch.cumsum(  # allow-raw: running count of eos along seq_q
         tokens == eos, -1
-    )  # allow-raw: running count of eos along seq_q
+    )
     after = (seen - (tokens == eos).long()) > 0
     return tokens.masked_fill(after, pad)
 
@@ -419,9 +435,10 @@ def _truncate_after_eos(tokens: Tensor, eos: int | None, pad: int) -> Tensor:
 class BahdanauSeq2Seq(nn.Module):
     r"""Bidirectional GRU encoder + attention decoder (Bahdanau et al., 2015).
 
-    ``forward`` (teacher forcing with probability ``teacher_forcing``) returns the logits
-    and the alignment matrix $\alpha \in \mathbb R^{\mathsf{seq'}\times\mathsf{seq}}$;
-    :meth:`greedy_decode` feeds back its own argmax until every row has produced ``eos``.
+    ``forward`` (teacher forcing with probability ``teacher_forcing``) returns the
+    logits and the alignment matrix
+    $\alpha \in \mathbb R^{\mathsf{seq'}\times\mathsf{seq}}$; :meth:`greedy_decode`
+    feeds back its own argmax until every row has produced ``eos``.
     """
 
     def __init__(
@@ -465,7 +482,8 @@ class BahdanauSeq2Seq(nn.Module):
         lengths: Int[Tensor, " batch"],
         max_steps: int,
     ) -> tuple[Int[Tensor, "batch seq_q"], Float[Tensor, "batch seq_q seq"]]:
-        """Greedy decoding: tokens (``pad`` after the first ``eos``) and the alignments."""
+        """Greedy decoding: tokens (``pad`` after the first ``eos``) and the
+        alignments."""
         annotations, backward_first = self.encoder(sources, lengths)
         mask = padding_mask(lengths, sources.shape[-1])
         logits, weights = self.decoder(
@@ -480,7 +498,8 @@ class BahdanauSeq2Seq(nn.Module):
 
 # --8<-- [start:RNNEncoderDecoder]
 class RNNEncoderDecoder(nn.Module):
-    r"""The basic encoder–decoder: a GRU reads the source into one vector $c$, its last state.
+    r"""The basic encoder–decoder: a GRU reads the source into one vector $c$, its last
+    state.
 
     With ``reverse_source=True`` the source is read backwards (Sutskever et al., 2014,
     seed 02), so the first source tokens are the last ones read, close to the first

@@ -1,8 +1,9 @@
-r"""The pieces around attention: LayerNorm, the feed-forward network, the residual sublayer.
+r"""The pieces around attention: LayerNorm, the feed-forward network, the residual
+sublayer.
 
-Every sublayer $f$ of the Transformer (self-attention, cross-attention, feed-forward) sits
-in a residual connection with a LayerNorm. The paper (and seeds 02, 04, 05) normalises
-*after* the sum, **post-norm**:
+Every sublayer $f$ of the Transformer (self-attention, cross-attention, feed-forward)
+sits in a residual connection with a LayerNorm. The paper (and seeds 02, 04, 05)
+normalises *after* the sum, **post-norm**:
 
 $$X' = \text{LayerNorm}(X + \text{Dropout}(f(X))).$$
 
@@ -11,11 +12,12 @@ The Annotated Transformer, GPT-2 and most models since normalise *before* the su
 
 $$X' = X + \text{Dropout}(f(\text{LayerNorm}(X))).$$
 
-The two are not the same function. Post-norm is what the paper trained (with learning-rate
-warm-up); pre-norm trains deep stacks more stably without warm-up (Xiong et al. 2020,
-"On Layer Normalization in the Transformer Architecture") but its output grows with
-depth, so pre-norm stacks add a final LayerNorm (PyTorch's ``nn.Transformer`` always has
-one). Post-norm is the default here; ``norm_first=True`` selects pre-norm, PyTorch's name.
+The two are not the same function. Post-norm is what the paper trained (with
+learning-rate warm-up); pre-norm trains deep stacks more stably without warm-up (Xiong
+et al. 2020, "On Layer Normalization in the Transformer Architecture") but its output
+grows with depth, so pre-norm stacks add a final LayerNorm (PyTorch's
+``nn.Transformer`` always has one). Post-norm is the default here; ``norm_first=True``
+selects pre-norm, PyTorch's name.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ from named_transformer.core.norm import layer_norm
 __all__ = ["ACTIVATIONS", "FeedForward", "LayerNorm", "Residual"]
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": relu, "gelu": F.gelu}
-"""The feed-forward activations by name: ``relu`` (the paper) and ``gelu`` (BERT, GPT)."""
+"""The feed-forward activations by name: ``relu`` (the paper) and ``gelu`` (BERT,
+GPT)."""
 
 
 # --8<-- [start:LayerNorm]
 class LayerNorm(nn.Module):
-    r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$ with learned $\gamma, \beta$."""
+    r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$ with learned
+    $\gamma, \beta$."""
 
     def __init__(self, layer: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -61,7 +65,8 @@ class LayerNorm(nn.Module):
 
 # --8<-- [start:FeedForward]
 class FeedForward(nn.Module):
-    r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ at every position.
+    r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ at every
+    position.
 
     ``activation`` is ``"relu"`` (paper) or ``"gelu"``. ``dropout`` drops hidden units
     after the activation, where PyTorch's ``TransformerEncoderLayer`` does.

@@ -1,11 +1,12 @@
 r"""The encoder–decoder Transformer (paper A.1): embeddings, two stacks, a generator.
 
 $$H = \text{Encoder}(\text{Embed}(x) + P), \qquad
-  \log p(y_{j} \mid y_{<j}, x) = \text{Generator}(\text{Decoder}(\text{Embed}(y) + P, H))_j.$$
+  \log p(y_{j} \mid y_{<j}, x)
+  = \text{Generator}(\text{Decoder}(\text{Embed}(y) + P, H))_j.$$
 
 :class:`TransformerStacks` is the two stacks alone, on already embedded sequences: the
-counterpart of PyTorch's ``nn.Transformer`` (which has no embeddings and always ends each
-stack with a LayerNorm). :class:`Transformer` adds token embeddings scaled by
+counterpart of PyTorch's ``nn.Transformer`` (which has no embeddings and always ends
+each stack with a LayerNorm). :class:`Transformer` adds token embeddings scaled by
 $\sqrt{|\mathsf{layer}|}$, sinusoidal positions, and a generator whose table is tied to
 the target embedding.
 """
@@ -30,7 +31,8 @@ __all__ = ["Transformer", "TransformerStacks"]
 def _by_kind(
     encoder: list[Tensor], decoder_self: list[Tensor], decoder_cross: list[Tensor]
 ) -> dict[str, list[Tensor]]:
-    """The per-layer attention weights of each kind, as ``need_weights`` returns them."""
+    """The per-layer attention weights of each kind, as ``need_weights`` returns
+    them."""
     return {
         "encoder": encoder,
         "decoder_self": decoder_self,
@@ -40,7 +42,8 @@ def _by_kind(
 
 # --8<-- [start:TransformerStacks]
 class TransformerStacks(CountsParameters, nn.Module):
-    r"""An encoder stack and a decoder stack; the decoder cross-attends the encoder output."""
+    r"""An encoder stack and a decoder stack; the decoder cross-attends the encoder
+    output."""
 
     def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
         super().__init__()

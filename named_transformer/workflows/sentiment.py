@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.workflows.tasks import Example, Vocabulary, split_of
+from named_transformer.workflows.data import Example, Vocabulary, split_of
 
 __all__ = [
     "LABELS",

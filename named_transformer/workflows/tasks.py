@@ -1,90 +1,64 @@
-r"""Tasks that need no download: generated, deterministic given a seed, held out by construction.
+r"""Tasks that need no download: generated, deterministic given a seed, held out.
 
-Every task yields :class:`Example` pairs of token tuples ``(source, target)``:
+Every task yields :class:`~named_transformer.workflows.data.Example` pairs of token
+tuples ``(source, target)``:
 
 * ``copy``, ``reverse``, ``sort``: digit sequences (10 symbols) of lengths
-  ``min_len`` … ``max_len`` (default 10–20), the target the sequence copied, reversed or sorted;
-* ``histogram``: each position outputs how often its token occurs in the whole sequence
-  (dataflowr's "think like transformers" exercise, seed 05). The source starts with
-  ``<bos>``: attention spread evenly over the $c$ equal tokens averages $c$ equal vectors
-  and so cannot tell $c$; with one fixed extra token to attend to as well, each gets
-  $1/(c+1)$, which can;
+  ``min_len`` … ``max_len`` (default 10–20), the target the sequence copied, reversed
+  or sorted;
+* ``histogram``: each position outputs how often its token occurs in the whole
+  sequence (dataflowr's "think like transformers" exercise, seed 05). The source starts
+  with ``<bos>``: attention spread evenly over the $c$ equal tokens averages $c$ equal
+  vectors and so cannot tell $c$; with one fixed extra token to attend to as well, each
+  gets $1/(c+1)$, which can;
 * ``dates``: a date written in one of many human formats (``"Sunday, March 7, 2021"``,
   ``"7.3.2021"``, ``"the 7th of march 2021"`` …, generated with the standard library's
   :mod:`datetime`) → ISO ``2021-03-07``, character by character;
 * ``sentiment``: synthetic reviews with negation and intensifiers → ``positive`` /
   ``negative`` (see :mod:`named_transformer.workflows.sentiment`).
 
-**Held out by construction.** Each item is assigned to a split by a hash of its *key*
-(the source sequence; for dates the calendar date itself, so a held-out date is never seen
-in any format): bucket 0 of 10 is ``test``, bucket 1 is ``valid``, the rest ``train``.
-The splits are disjoint whatever the seeds, and the held-out splits hold distinct items.
-
-A :class:`Vocabulary` maps tokens to ids with the specials ``<pad>``, ``<bos>``, ``<eos>``,
-``<unk>`` at ids 0–3; :func:`collate` pads a list of examples into a :class:`Batch`,
-whose masks come from :func:`~named_transformer.core.masks.key_padding_mask` and
-:func:`~named_transformer.core.masks.causal_mask` (True = may attend).
+Each item's split comes from its *key* (:func:`~named_transformer.workflows.data.split_of`):
+the source sequence; for dates the calendar date itself, so a held-out date is never
+seen in any format. The held-out splits hold distinct items.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
-from typing import NamedTuple
-
-import torch
-from jaxtyping import Bool, Int
-from torch import Tensor
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from named_transformer.axes import checked
-from named_transformer.core.masks import causal_mask, key_padding_mask, padding_mask
+from named_transformer.workflows.data import (
+    SPLITS,
+    START,
+    Example,
+    Vocabulary,
+    split_of,
+)
+from named_transformer.workflows.sentiment import (
+    sentiment_vocabulary,
+    synthetic_review,
+    words,
+)
 
 __all__ = [
-    "SPECIALS",
-    "START",
     "TASKS",
-    "Batch",
-    "Example",
-    "LMBatch",
-    "Vocabulary",
-    "collate",
-    "ClassifyBatch",
-    "collate_classify",
-    "collate_lm",
+    "TaskInfo",
     "date_formats",
     "detokenize",
     "make_task",
-    "split_of",
     "task_vocabulary",
     "tokenize",
 ]
 
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-START = SPECIALS[1]  # a source that begins with <bos> (histogram)
 DIGITS = tuple("0123456789")
-SPLITS = ("train", "valid", "test")
 
 
-class Example(NamedTuple):
-    """One item: a source and a target token sequence (a classification target is one label)."""
-
-    source: tuple[str, ...]
-    target: tuple[str, ...]
 
 
-# --8<-- [start:split_of]
-@checked
-def split_of(key: str) -> str:
-    """The split an item belongs to, from a stable hash of its key: 10% test, 10% valid."""
-    bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 10
-    return "test" if bucket == 0 else "valid" if bucket == 1 else "train"
-
-
-# --8<-- [end:split_of]
 
 
 # ----------------------------------------------------------------------------- digits
@@ -176,8 +150,6 @@ def _dates(rng, min_len, max_len):
 
 
 def _sentiment(rng, min_len, max_len):
-    from named_transformer.workflows.sentiment import synthetic_review
-
     del min_len, max_len
     return synthetic_review(rng)
 
@@ -257,12 +229,10 @@ def make_task(
 def tokenize(name: str, text: str) -> tuple[str, ...]:
     """Read a user's input for task ``name``: digits for the digit tasks, characters for dates,
     lower-case words for sentiment."""
-    info = _task(name)
+    _task(name)
     if name == "dates":
         return tuple(text.strip())
-    if info.sep == " " and name == "sentiment":
-        from named_transformer.workflows.sentiment import words
-
+    if name == "sentiment":
         return words(text)
     digits = tuple(c for c in text if c.isdigit())
     return (START, *digits) if name == "histogram" else digits
@@ -274,68 +244,6 @@ def detokenize(name: str, tokens: Iterable[str]) -> str:
     return _task(name).sep.join(t for t in tokens if t != START)
 
 
-# ----------------------------------------------------------------------------- vocabulary
-# --8<-- [start:Vocabulary]
-class Vocabulary:
-    """Tokens ↔ ids, with ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` at ids 0, 1, 2, 3."""
-
-    pad, bos, eos, unk = 0, 1, 2, 3
-
-    def __init__(self, tokens: Iterable[str]) -> None:
-        self.itos: list[str] = list(SPECIALS)
-        for token in tokens:
-            if token not in SPECIALS and token not in self.itos:
-                self.itos.append(token)
-        self.stoi = {token: i for i, token in enumerate(self.itos)}
-
-    @classmethod
-    def build(
-        cls,
-        sequences: Iterable[Sequence[str]],
-        min_count: int = 1,
-        max_size: int | None = None,
-    ) -> Vocabulary:
-        """The tokens seen at least ``min_count`` times, most frequent first (ties by name)."""
-        counts = Counter(token for sequence in sequences for token in sequence)
-        ranked = sorted(
-            (t for t, c in counts.items() if c >= min_count),
-            key=lambda t: (-counts[t], t),
-        )
-        return cls(
-            ranked[: None if max_size is None else max(0, max_size - len(SPECIALS))]
-        )
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocabulary) and self.itos == other.itos
-
-    def encode(
-        self, tokens: Iterable[str], bos: bool = False, eos: bool = False
-    ) -> list[int]:
-        """Ids of ``tokens`` (unknown tokens → ``<unk>``), optionally framed by bos/eos."""
-        ids = [self.stoi.get(token, self.unk) for token in tokens]
-        return [self.bos] * bos + ids + [self.eos] * eos
-
-    def decode(self, ids: Iterable[int], strip: bool = True) -> tuple[str, ...]:
-        """Tokens of ``ids``; with ``strip``, stop at the first ``<eos>`` and drop pad/bos."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if strip and i == self.eos:
-                break
-            if strip and i in (self.pad, self.bos):
-                continue
-            out.append(self.itos[i] if 0 <= i < len(self.itos) else SPECIALS[self.unk])
-        return tuple(out)
-
-    def to_list(self) -> list[str]:
-        """The tokens in id order (JSON-friendly; rebuild with ``Vocabulary(tokens)``)."""
-        return list(self.itos)
-
-
-# --8<-- [end:Vocabulary]
 
 
 @checked
@@ -354,162 +262,4 @@ def task_vocabulary(name: str, max_len: int = 20) -> Vocabulary:
                 for fmt in date_formats().values():
                     chars.update(fmt(sample.replace(month=month, day=day)))
         return Vocabulary(sorted(chars))
-    from named_transformer.workflows.sentiment import sentiment_vocabulary
-
     return sentiment_vocabulary()
-
-
-# ----------------------------------------------------------------------------- batches
-def _pad(rows: list[list[int]], pad: int) -> Tensor:
-    width = max((len(r) for r in rows), default=0)
-    return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
-
-
-@dataclass
-class Batch:
-    """A padded encoder–decoder batch. ``target_in`` = ``<bos>`` + target (teacher forcing),
-    ``target_out`` = target + ``<eos>``, padded with ``<pad>`` (ignored by the loss)."""
-
-    source: Int[Tensor, "batch seq"]
-    source_lengths: Int[Tensor, " batch"]
-    target_in: Int[Tensor, "batch seq_q"]
-    target_out: Int[Tensor, "batch seq_q"]
-    target_lengths: Int[Tensor, " batch"]
-
-    def to(self, device: torch.device | str) -> Batch:
-        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
-
-    @property
-    def source_mask(self) -> Bool[Tensor, "batch 1 seq"]:
-        """Encoder self-attention and cross-attention: every query ignores padded source keys."""
-        return key_padding_mask(self.source_lengths, self.source.shape[-1])
-
-    @property
-    def target_mask(self) -> Bool[Tensor, "batch seq_q seq_q"]:
-        """Decoder self-attention: causal and ignoring padded target keys."""
-        t = self.target_in.shape[-1]
-        return causal_mask(t, device=self.target_in.device) & key_padding_mask(
-            self.target_lengths, t
-        )
-
-    @property
-    def target_tokens(self) -> int:
-        """How many target tokens the loss counts (for tokens/s)."""
-        return int(self.target_lengths.sum())
-
-
-@dataclass
-class LMBatch:
-    """A decoder-only batch: each row is ``source <bos> target <eos>``, shifted by one.
-
-    ``<bos>`` separates the prompt from the answer; ``outputs`` is ``<pad>`` (ignored by
-    the loss) on the prompt, so only the answer and its ``<eos>`` are learned.
-    """
-
-    inputs: Int[Tensor, "batch seq"]
-    outputs: Int[Tensor, "batch seq"]
-    lengths: Int[Tensor, " batch"]
-    prompt_lengths: Int[Tensor, " batch"]
-
-    def to(self, device: torch.device | str) -> LMBatch:
-        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
-
-    @property
-    def mask(self) -> Bool[Tensor, "batch seq seq"]:
-        """Causal and ignoring padded keys."""
-        t = self.inputs.shape[-1]
-        return causal_mask(t, device=self.inputs.device) & key_padding_mask(
-            self.lengths, t
-        )
-
-    @property
-    def target_tokens(self) -> int:
-        return int((self.lengths - self.prompt_lengths + 1).sum())
-
-
-# --8<-- [start:collate]
-@checked
-def collate(examples: Sequence[Example], vocabulary: Vocabulary) -> Batch:
-    """Pad source and target sequences of ``examples`` into one :class:`Batch`."""
-    if not examples:
-        raise ValueError("collate needs at least one example")
-    sources = [vocabulary.encode(e.source) for e in examples]
-    targets = [vocabulary.encode(e.target) for e in examples]
-    return Batch(
-        source=_pad(sources, vocabulary.pad),
-        source_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
-        target_in=_pad([[vocabulary.bos] + t for t in targets], vocabulary.pad),
-        target_out=_pad([t + [vocabulary.eos] for t in targets], vocabulary.pad),
-        target_lengths=torch.tensor([len(t) + 1 for t in targets], dtype=torch.long),
-    )
-
-
-# --8<-- [end:collate]
-
-
-# --8<-- [start:collate_lm]
-@checked
-def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
-    """Pad ``source <bos> target <eos>`` rows for a decoder-only model, shifted by one."""
-    if not examples:
-        raise ValueError("collate_lm needs at least one example")
-    rows, prompts = [], []
-    for e in examples:
-        prompt = vocabulary.encode(e.source) + [vocabulary.bos]
-        rows.append(prompt + vocabulary.encode(e.target) + [vocabulary.eos])
-        prompts.append(len(prompt))
-    outputs = [
-        [vocabulary.pad] * (p - 1) + r[p:] for r, p in zip(rows, prompts, strict=True)
-    ]
-    return LMBatch(
-        inputs=_pad([r[:-1] for r in rows], vocabulary.pad),
-        outputs=_pad(outputs, vocabulary.pad),
-        lengths=torch.tensor([len(r) - 1 for r in rows], dtype=torch.long),
-        prompt_lengths=torch.tensor(prompts, dtype=torch.long),
-    )
-
-
-# --8<-- [end:collate_lm]
-
-
-@dataclass
-class ClassifyBatch:
-    """A padded classification batch: token ids, their lengths, and one label id per row."""
-
-    source: Int[Tensor, "batch seq"]
-    source_lengths: Int[Tensor, " batch"]
-    labels: Int[Tensor, " batch"]
-
-    def to(self, device: torch.device | str) -> ClassifyBatch:
-        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
-
-    @property
-    def mask(self) -> Bool[Tensor, "batch seq"]:
-        """True at real tokens, False at padding."""
-        return padding_mask(self.source_lengths, self.source.shape[-1])
-
-    @property
-    def target_tokens(self) -> int:
-        return int(self.labels.shape[0])
-
-
-# --8<-- [start:collate_classify]
-@checked
-def collate_classify(
-    examples: Sequence[Example], vocabulary: Vocabulary, labels: Sequence[str]
-) -> ClassifyBatch:
-    """Pad the sources of ``examples``; each target is one label out of ``labels``."""
-    if not examples:
-        raise ValueError("collate_classify needs at least one example")
-    sources = [vocabulary.encode(e.source) for e in examples]
-    unknown = {e.target[0] for e in examples} - set(labels)
-    if unknown:
-        raise ValueError(f"labels {sorted(unknown)} are not among {list(labels)}")
-    return ClassifyBatch(
-        source=_pad(sources, vocabulary.pad),
-        source_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
-        labels=torch.tensor([list(labels).index(e.target[0]) for e in examples]),
-    )
-
-
-# --8<-- [end:collate_classify]

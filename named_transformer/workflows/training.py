@@ -148,17 +148,48 @@ def init_distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError as error:
-        raise ImportError(
-            "the progress bar needs tqdm, which is in the `train` extra: "
-            "pip install 'named_transformer[train]' (or pass progress=False)"
-        ) from error
-    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+class _Progress:
+    """The progress bar (tqdm) while training, or nothing."""
+
+    def __init__(self, total: int, initial: int, enabled: bool) -> None:
+        self.bar = None
+        if not enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError as error:
+            raise ImportError(
+                "the progress bar needs tqdm, which is in the `train` extra: "
+                "pip install 'named_transformer[train]' (or pass progress=False)"
+            ) from error
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def show(self, loss: float, rate: float, metrics: dict[str, float]) -> None:
+        if self.bar is not None:
+            shown = {k: f"{v:.3g}" for k, v in metrics.items()}
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", **shown)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _optimizer(
+    model: nn.Module, config: TrainConfig
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with the paper's betas and eps, its rate given wholly by the schedule."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=1.0,
+        betas=config.betas,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: noam_rate(s + 1, config.layer, config.warmup, config.factor)
+    )
+    return optimizer, scheduler
 
 
 LossFunction = Callable[[nn.Module, Any], tuple[Tensor, Tensor]]
@@ -176,12 +207,13 @@ class Trainer:
             object ``loss`` understands).
         loss: ``loss(model, batch) -> (summed loss, number of target tokens)``.
         config: a :class:`TrainConfig`.
-        evaluate: ``evaluate(model) -> {name: value}``, run every ``eval_every`` steps and
-            at the end, in eval mode, without gradients, leaving the random state as it was.
+        evaluate: ``evaluate(model) -> {name: value}``, run every ``eval_every`` steps
+            and at the end, in eval mode, without gradients, leaving the random state
+            as it was.
         directory: where ``checkpoint.pt`` is written (rank 0 only).
-        meta: anything JSON-like saved in the checkpoint (the model config, vocabulary …).
-        stop: ``stop(metrics) -> bool``, asked after each evaluation; True ends training
-            early (e.g. once the validation score is perfect).
+        meta: anything JSON-like saved in the checkpoint (model config, vocabulary …).
+        stop: ``stop(metrics) -> bool``, asked after each evaluation; True ends
+            training early (e.g. once the validation score is perfect).
     """
 
     def __init__(
@@ -201,7 +233,8 @@ class Trainer:
         self.rank, self.world = init_distributed()
         if config.batch_size % self.world:
             raise ValueError(
-                f"batch_size={config.batch_size} must be divisible by the {self.world} processes"
+                f"batch_size={config.batch_size} must be divisible by the "
+                f"{self.world} processes"
             )
         self.model = model
         self.data, self.collate, self.loss, self.config = data, collate, loss, config
@@ -210,41 +243,19 @@ class Trainer:
         self.parallel: nn.Module = model
         if self.world > 1:
             self.parallel = nn.parallel.DistributedDataParallel(model)
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=1.0,  # the schedule gives the whole rate
-            betas=config.betas,
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda s: noam_rate(s + 1, config.layer, config.warmup, config.factor),
-        )
+        self.optimizer, self.scheduler = _optimizer(model, config)
         self.step = 0
         self.history: list[Record] = []
 
     def batch_indices(self, step: int) -> list[int]:
         """The global batch of ``step``: a function of (seed, step) only."""
-        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + step)
-        return torch.randint(
-            len(self.data), (self.config.batch_size,), generator=generator
-        ).tolist()
-
-    def _run_evaluation(self) -> dict[str, float]:
-        if self.evaluate is None:
-            return {}
-        state = torch.get_rng_state(), random.getstate()
-        self.model.eval()
-        with torch.no_grad():
-            metrics = self.evaluate(self.model)
-        self.model.train()
-        torch.set_rng_state(state[0])
-        random.setstate(state[1])
-        return metrics
+        seed = self.config.seed * 1_000_003 + step
+        generator = torch.Generator().manual_seed(seed)
+        size = (self.config.batch_size,)
+        return torch.randint(len(self.data), size, generator=generator).tolist()
 
     def train_step(self) -> tuple[float, int]:
-        """One optimizer step on the global batch of ``self.step``; returns (loss/token, tokens)."""
+        """One optimizer step on the global batch of ``self.step``: (loss/token, tokens)."""
         indices = self.batch_indices(self.step)[self.rank :: self.world]
         batch = self.collate([self.data[i] for i in indices])
         self.model.train()
@@ -264,40 +275,55 @@ class Trainer:
 
     def fit(self, until: int | None = None) -> list[Record]:
         """Train up to step ``until`` (default ``config.steps``); return the history."""
-        config = self.config
-        until = config.steps if until is None else min(until, config.steps)
-        bar = _progress_bar(config.steps, self.step, config.progress and self.rank == 0)
+        until = self.config.steps if until is None else min(until, self.config.steps)
+        progress = _Progress(
+            self.config.steps, self.step, self.config.progress and self.rank == 0
+        )
         seen_tokens, started = 0, time.perf_counter()
         while self.step < until:
             lr = self.scheduler.get_last_lr()[0]
             loss, tokens = self.train_step()
             seen_tokens += tokens
             rate = seen_tokens / max(time.perf_counter() - started, 1e-9)
-            evaluate_now = self.step == config.steps or (
-                config.eval_every and self.step % config.eval_every == 0
-            )
-            metrics = self._run_evaluation() if evaluate_now else {}
-            if metrics or self.step % config.log_every == 0 or self.step == 1:
-                self.history.append(Record(self.step, loss, lr, rate, metrics))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", **{
-                    k: f"{v:.3g}" for k, v in metrics.items()
-                })  # fmt: skip
+            metrics = self._evaluation() if self._evaluation_due() else {}
+            self._record(loss, lr, rate, metrics)
+            progress.show(loss, rate, metrics)
             stopping = bool(metrics) and self.stop is not None and self.stop(metrics)
-            if self.directory is not None and (
-                self.step == until
-                or stopping
-                or (
-                    config.checkpoint_every and self.step % config.checkpoint_every == 0
-                )
-            ):
+            if self._checkpoint_due(until, stopping):
                 self.save(self.directory / "checkpoint.pt")
             if stopping:
                 break
-        if bar is not None:
-            bar.close()
+        progress.close()
         return self.history
+
+    def _evaluation_due(self) -> bool:
+        every = self.config.eval_every
+        return self.step == self.config.steps or bool(every and self.step % every == 0)
+
+    def _evaluation(self) -> dict[str, float]:
+        """``evaluate`` in eval mode, leaving the random state as it was."""
+        if self.evaluate is None:
+            return {}
+        state = torch.get_rng_state(), random.getstate()
+        self.model.eval()
+        with torch.no_grad():
+            metrics = self.evaluate(self.model)
+        self.model.train()
+        torch.set_rng_state(state[0])
+        random.setstate(state[1])
+        return metrics
+
+    def _record(
+        self, loss: float, lr: float, rate: float, metrics: dict[str, float]
+    ) -> None:
+        if metrics or self.step % self.config.log_every == 0 or self.step == 1:
+            self.history.append(Record(self.step, loss, lr, rate, metrics))
+
+    def _checkpoint_due(self, until: int, stopping: bool) -> bool:
+        every = self.config.checkpoint_every
+        periodic = bool(every and self.step % every == 0)
+        ends = self.step == until or stopping
+        return self.directory is not None and (ends or periodic)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly."""
@@ -323,7 +349,7 @@ class Trainer:
         os.replace(temporary, path)
 
     def load(self, path: str | Path) -> None:
-        """Restore weights, optimizer, scheduler, step, history and random state from ``path``."""
+        """Restore weights, optimizer, scheduler, step, history and random state."""
         state = torch.load(path, map_location="cpu", weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,184 @@
+r"""Batches: padded token ids and their masks, one kind of batch per kind of model.
+
+:func:`collate` pads an encoder–decoder batch, :func:`collate_lm` a decoder-only one
+(``source <bos> target <eos>``), :func:`collate_classify` a classification one. Their
+masks come from :func:`~named_transformer.core.masks.key_padding_mask` and
+:func:`~named_transformer.core.masks.causal_mask` (True = may attend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from named_transformer.axes import checked
+from named_transformer.core.masks import causal_mask, key_padding_mask, padding_mask
+from named_transformer.workflows.data import Example, Vocabulary
+
+__all__ = [
+    "Batch",
+    "ClassifyBatch",
+    "LMBatch",
+    "collate",
+    "collate_classify",
+    "collate_lm",
+]
+
+
+def _pad(rows: list[list[int]], pad: int) -> Tensor:
+    width = max((len(r) for r in rows), default=0)
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+@dataclass
+class Batch:
+    """A padded encoder–decoder batch. ``target_in`` = ``<bos>`` + target (teacher forcing),
+    ``target_out`` = target + ``<eos>``, padded with ``<pad>`` (ignored by the loss)."""
+
+    source: Int[Tensor, "batch seq"]
+    source_lengths: Int[Tensor, " batch"]
+    target_in: Int[Tensor, "batch seq_q"]
+    target_out: Int[Tensor, "batch seq_q"]
+    target_lengths: Int[Tensor, " batch"]
+
+    def to(self, device: torch.device | str) -> Batch:
+        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+    @property
+    def source_mask(self) -> Bool[Tensor, "batch 1 seq"]:
+        """Encoder self-attention and cross-attention: every query ignores padded source keys."""
+        return key_padding_mask(self.source_lengths, self.source.shape[-1])
+
+    @property
+    def target_mask(self) -> Bool[Tensor, "batch seq_q seq_q"]:
+        """Decoder self-attention: causal and ignoring padded target keys."""
+        t = self.target_in.shape[-1]
+        return causal_mask(t, device=self.target_in.device) & key_padding_mask(
+            self.target_lengths, t
+        )
+
+    @property
+    def target_tokens(self) -> int:
+        """How many target tokens the loss counts (for tokens/s)."""
+        return int(self.target_lengths.sum())
+
+
+@dataclass
+class LMBatch:
+    """A decoder-only batch: each row is ``source <bos> target <eos>``, shifted by one.
+
+    ``<bos>`` separates the prompt from the answer; ``outputs`` is ``<pad>`` (ignored by
+    the loss) on the prompt, so only the answer and its ``<eos>`` are learned.
+    """
+
+    inputs: Int[Tensor, "batch seq"]
+    outputs: Int[Tensor, "batch seq"]
+    lengths: Int[Tensor, " batch"]
+    prompt_lengths: Int[Tensor, " batch"]
+
+    def to(self, device: torch.device | str) -> LMBatch:
+        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+    @property
+    def mask(self) -> Bool[Tensor, "batch seq seq"]:
+        """Causal and ignoring padded keys."""
+        t = self.inputs.shape[-1]
+        return causal_mask(t, device=self.inputs.device) & key_padding_mask(
+            self.lengths, t
+        )
+
+    @property
+    def target_tokens(self) -> int:
+        return int((self.lengths - self.prompt_lengths + 1).sum())
+
+
+# --8<-- [start:collate]
+@checked
+def collate(examples: Sequence[Example], vocabulary: Vocabulary) -> Batch:
+    """Pad source and target sequences of ``examples`` into one :class:`Batch`."""
+    if not examples:
+        raise ValueError("collate needs at least one example")
+    sources = [vocabulary.encode(e.source) for e in examples]
+    targets = [vocabulary.encode(e.target) for e in examples]
+    return Batch(
+        source=_pad(sources, vocabulary.pad),
+        source_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
+        target_in=_pad([[vocabulary.bos] + t for t in targets], vocabulary.pad),
+        target_out=_pad([t + [vocabulary.eos] for t in targets], vocabulary.pad),
+        target_lengths=torch.tensor([len(t) + 1 for t in targets], dtype=torch.long),
+    )
+
+
+# --8<-- [end:collate]
+
+
+# --8<-- [start:collate_lm]
+@checked
+def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
+    """Pad ``source <bos> target <eos>`` rows for a decoder-only model, shifted by one."""
+    if not examples:
+        raise ValueError("collate_lm needs at least one example")
+    rows, prompts = [], []
+    for e in examples:
+        prompt = vocabulary.encode(e.source) + [vocabulary.bos]
+        rows.append(prompt + vocabulary.encode(e.target) + [vocabulary.eos])
+        prompts.append(len(prompt))
+    outputs = [
+        [vocabulary.pad] * (p - 1) + r[p:] for r, p in zip(rows, prompts, strict=True)
+    ]
+    return LMBatch(
+        inputs=_pad([r[:-1] for r in rows], vocabulary.pad),
+        outputs=_pad(outputs, vocabulary.pad),
+        lengths=torch.tensor([len(r) - 1 for r in rows], dtype=torch.long),
+        prompt_lengths=torch.tensor(prompts, dtype=torch.long),
+    )
+
+
+# --8<-- [end:collate_lm]
+
+
+@dataclass
+class ClassifyBatch:
+    """A padded classification batch: token ids, their lengths, and one label id per row."""
+
+    source: Int[Tensor, "batch seq"]
+    source_lengths: Int[Tensor, " batch"]
+    labels: Int[Tensor, " batch"]
+
+    def to(self, device: torch.device | str) -> ClassifyBatch:
+        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+    @property
+    def mask(self) -> Bool[Tensor, "batch seq"]:
+        """True at real tokens, False at padding."""
+        return padding_mask(self.source_lengths, self.source.shape[-1])
+
+    @property
+    def target_tokens(self) -> int:
+        return int(self.labels.shape[0])
+
+
+# --8<-- [start:collate_classify]
+@checked
+def collate_classify(
+    examples: Sequence[Example], vocabulary: Vocabulary, labels: Sequence[str]
+) -> ClassifyBatch:
+    """Pad the sources of ``examples``; each target is one label out of ``labels``."""
+    if not examples:
+        raise ValueError("collate_classify needs at least one example")
+    sources = [vocabulary.encode(e.source) for e in examples]
+    unknown = {e.target[0] for e in examples} - set(labels)
+    if unknown:
+        raise ValueError(f"labels {sorted(unknown)} are not among {list(labels)}")
+    return ClassifyBatch(
+        source=_pad(sources, vocabulary.pad),
+        source_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
+        labels=torch.tensor([list(labels).index(e.target[0]) for e in examples]),
+    )
+
+
+# --8<-- [end:collate_classify]

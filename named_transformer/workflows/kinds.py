@@ -1,0 +1,417 @@
+r"""Model kinds: one class per kind of model, each knowing its whole workflow.
+
+A kind builds its model from a *spec* (the JSON-friendly dict stored in every
+checkpoint), turns examples into its kind of batch, computes its loss, decodes, and
+collects its attention maps. The runner looks the kind up by ``spec["kind"]`` in one
+table, :data:`MODEL_KINDS`, and only calls methods: adding a kind is one new class
+with the :func:`register` decorator.
+
+* ``encoder-decoder``: :class:`~named_transformer.models.transformer.Transformer`;
+* ``decoder-only``: :class:`~named_transformer.models.language_model.LanguageModel`,
+  the prompt ``source <bos>`` continued by the answer;
+* ``classifier``: :class:`~named_transformer.models.classifier.TransformerClassifier`;
+* ``bag-of-words``: the sentiment baseline
+  :class:`~named_transformer.workflows.sentiment.BagOfWords`.
+
+The Transformer kinds take ``spec["positions"]``: ``sinusoidal`` (the paper),
+``learned`` (a table of ``max_positions`` rows) or ``relative`` (Shaw et al.: every
+self-attention becomes
+:class:`~named_transformer.models.relative.RelativeMultiHeadAttention` with clipping
+distance ``max_distance``, and nothing is added to the embeddings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.core.dropout import dropout
+from named_transformer.decoding import (
+    Decoded,
+    IncrementalDecoder,
+    beam_search,
+    greedy,
+    sample,
+    strip_after_eos,
+)
+from named_transformer.models.classifier import TransformerClassifier
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.embedding import LearnedPositions
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.relative import RelativeMultiHeadAttention
+from named_transformer.models.transformer import Transformer
+from named_transformer.workflows.batches import (
+    collate,
+    collate_classify,
+    collate_lm,
+)
+from named_transformer.workflows.data import Example, Vocabulary
+from named_transformer.workflows.sentiment import LABELS, BagOfWords
+from named_transformer.workflows.training import smoothed_cross_entropy
+
+__all__ = [
+    "MODEL_KINDS",
+    "AttentionMap",
+    "BagOfWordsKind",
+    "ClassifierKind",
+    "DecoderOnlyKind",
+    "EncoderDecoderKind",
+    "ModelKind",
+    "NoPositions",
+    "kind_of",
+    "register",
+]
+
+# (title, weights heads × seq_q × seq, query labels, key labels); the sizes differ from
+# one map to the next, so one jaxtyping annotation cannot bind them across the list.
+AttentionMap = tuple[str, Tensor, list[str], list[str]]
+Strategy = Callable[..., Decoded]
+
+
+class NoPositions(nn.Module):
+    """Dropout only: with relative positions nothing is added to the embeddings."""
+
+    def __init__(self, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dropout = dropout
+
+    @checked
+    def forward(
+        self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
+    ) -> Float[Tensor, "*batch seq layer"]:
+        del offset
+        return dropout(inputs, self.dropout, self.training)
+
+
+def _labels(tokens: Sequence[str]) -> list[str]:
+    return [token if token.strip() else "␣" for token in tokens]  # a visible space
+
+
+# --8<-- [start:ModelKind]
+class ModelKind:
+    """What the runner needs of a kind of model; subclasses fill in each step."""
+
+    name: str  # the spec's "kind"
+    learns: str  # the task kind it can learn: "seq2seq" or "classify"
+
+    def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
+        """A fresh model for a vocabulary of ``vocab`` tokens."""
+        raise NotImplementedError
+
+    def build(self, spec: dict[str, Any]) -> nn.Module:
+        """The model ``spec`` describes, with the positions it asks for."""
+        config = TransformerConfig(**spec["config"])
+        model = self.network(spec["vocab"], config)
+        if spec["positions"] == "learned":
+            model.positions = LearnedPositions(
+                spec["max_positions"], config.layer, dropout=config.dropout
+            )
+        elif spec["positions"] == "relative":
+            model.positions = NoPositions(config.dropout)
+            for module in list(model.modules()):
+                attention = getattr(module, "self_attention", None)
+                if attention is not None:
+                    module.self_attention = RelativeMultiHeadAttention(
+                        config.layer, config.heads, spec["max_distance"],
+                        dropout=config.dropout,
+                    )  # fmt: skip
+        return model
+
+    def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
+        """The padded batch of ``examples``."""
+        raise NotImplementedError
+
+    def loss(
+        self, model: nn.Module, batch: Any, vocabulary: Vocabulary, smoothing: float
+    ) -> tuple[Tensor, Tensor]:
+        """(summed label-smoothed cross-entropy, target count) of ``batch``."""
+        raise NotImplementedError
+
+    def decode(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        sources: Sequence[Sequence[str]],
+        **options: Any,
+    ) -> list[tuple[str, ...]]:
+        """The model's output for each source (a classifier: its label)."""
+        raise NotImplementedError
+
+    def attention_maps(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        source: Sequence[str],
+        prediction: Sequence[str],
+    ) -> list[AttentionMap]:
+        """One map per attention kind and layer while reading ``source``."""
+        raise NotImplementedError
+
+
+# --8<-- [end:ModelKind]
+
+MODEL_KINDS: dict[str, ModelKind] = {}
+_Kind = TypeVar("_Kind", bound=type[ModelKind])
+
+
+def register(kind: _Kind) -> _Kind:
+    """Add a kind to :data:`MODEL_KINDS` under its ``name``."""
+    MODEL_KINDS[kind.name] = kind()
+    return kind
+
+
+def kind_of(name: str) -> ModelKind:
+    """The registered kind called ``name``."""
+    if name not in MODEL_KINDS:
+        raise ValueError(f"model kind must be one of {tuple(MODEL_KINDS)}, got {name!r}")
+    return MODEL_KINDS[name]
+
+
+def _strategy(
+    method: str,
+    width: int = 4,
+    alpha: float = 0.6,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> Strategy:
+    """``strategy(decoder, start, max_len, eos, pad)`` for greedy, beam or sample."""
+    if method == "greedy":
+        return greedy
+    if method == "beam":
+        return partial(beam_search, width=width, alpha=alpha)
+    if method == "sample":
+        generator = torch.Generator().manual_seed(seed)
+        return partial(sample, temperature=temperature, top_k=top_k, generator=generator)
+    raise ValueError(f"method must be greedy, beam or sample, got {method!r}")
+
+
+class _Generating(ModelKind):
+    """A kind that writes its answer token by token, with the key/value cache."""
+
+    learns = "seq2seq"
+
+    def start(
+        self, model: nn.Module, examples: list[Example], vocabulary: Vocabulary
+    ) -> tuple[IncrementalDecoder, Tensor]:
+        """The cached decoder of these sources and the tokens it starts from."""
+        raise NotImplementedError
+
+    def group(self, index: int, source: Sequence[str], batch_size: int) -> int:
+        """Sources with the same group are decoded in one batch."""
+        return index // batch_size
+
+    @torch.no_grad()
+    def decode(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        sources: Sequence[Sequence[str]],
+        *,
+        method: str = "greedy",
+        max_len: int | None = None,
+        batch_size: int = 256,
+        **options: Any,
+    ) -> list[tuple[str, ...]]:
+        model.eval()
+        strategy = _strategy(method, **options)
+        groups: dict[int, list[int]] = {}
+        for i, source in enumerate(sources):
+            groups.setdefault(self.group(i, source, batch_size), []).append(i)
+        results: dict[int, tuple[str, ...]] = {}
+        for indices in groups.values():
+            for first in range(0, len(indices), batch_size):
+                chunk = indices[first : first + batch_size]
+                examples = [Example(tuple(sources[i]), ()) for i in chunk]
+                limit = max_len or max(len(e.source) for e in examples) + 12
+                decoder, start = self.start(model, examples, vocabulary)
+                decoded = strategy(decoder, start, limit, vocabulary.eos, vocabulary.pad)
+                rows = strip_after_eos(decoded.tokens, vocabulary.eos)
+                for i, ids in zip(chunk, rows, strict=True):
+                    results[i] = vocabulary.decode(ids)
+        return [results[i] for i in range(len(sources))]
+
+
+@register
+class EncoderDecoderKind(_Generating):
+    """The paper's encoder–decoder Transformer: source in, target out."""
+
+    name = "encoder-decoder"
+
+    def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
+        return Transformer(vocab, vocab, config)
+
+    def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
+        return collate(examples, vocabulary)
+
+    def loss(
+        self, model: nn.Module, batch: Any, vocabulary: Vocabulary, smoothing: float
+    ) -> tuple[Tensor, Tensor]:
+        log_probs = model(
+            batch.source, batch.target_in, batch.source_mask, batch.target_mask
+        )
+        return smoothed_cross_entropy(
+            log_probs, batch.target_out, vocabulary.pad, smoothing
+        )
+
+    def start(
+        self, model: nn.Module, examples: list[Example], vocabulary: Vocabulary
+    ) -> tuple[IncrementalDecoder, Tensor]:
+        batch = collate(examples, vocabulary)
+        decoder = IncrementalDecoder(model, batch.source, batch.source_mask)
+        return decoder, batch.target_in[:, :1]
+
+    def attention_maps(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        source: Sequence[str],
+        prediction: Sequence[str],
+    ) -> list[AttentionMap]:
+        batch = collate([Example(tuple(source), tuple(prediction))], vocabulary)
+        _, weights = model(batch.source, batch.target_in, need_weights=True)
+        sources, targets = _labels(source), ["<bos>", *_labels(prediction)]
+        return [
+            (f"{title}-attention, layer {i + 1}", w[0], queries, keys)
+            for name, title, queries, keys in (
+                ("encoder", "encoder self", sources, sources),
+                ("decoder_self", "decoder self", targets, targets),
+                ("decoder_cross", "cross", targets, sources),
+            )
+            for i, w in enumerate(weights[name])
+        ]
+
+
+@register
+class DecoderOnlyKind(_Generating):
+    """A causal language model that continues the prompt ``source <bos>``."""
+
+    name = "decoder-only"
+
+    def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
+        return LanguageModel(vocab, config)
+
+    def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
+        return collate_lm(examples, vocabulary)
+
+    def loss(
+        self, model: nn.Module, batch: Any, vocabulary: Vocabulary, smoothing: float
+    ) -> tuple[Tensor, Tensor]:
+        log_probs = model(batch.inputs)
+        return smoothed_cross_entropy(
+            log_probs, batch.outputs, vocabulary.pad, smoothing
+        )
+
+    def group(self, index: int, source: Sequence[str], batch_size: int) -> int:
+        return len(source)  # prompts of equal length: no left padding needed
+
+    def start(
+        self, model: nn.Module, examples: list[Example], vocabulary: Vocabulary
+    ) -> tuple[IncrementalDecoder, Tensor]:
+        batch = collate_lm(examples, vocabulary)
+        return IncrementalDecoder(model), batch.inputs[:, : batch.prompt_lengths[0]]
+
+    def attention_maps(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        source: Sequence[str],
+        prediction: Sequence[str],
+    ) -> list[AttentionMap]:
+        batch = collate_lm([Example(tuple(source), tuple(prediction))], vocabulary)
+        labels = [*_labels(source), "<bos>", *_labels(prediction)]
+        _, weights = model(batch.inputs, need_weights=True)
+        return [
+            (f"causal self-attention, layer {i + 1}", w[0], labels, labels)
+            for i, w in enumerate(weights)
+        ]
+
+
+class _Classifying(ModelKind):
+    """A kind that reads a whole review and answers one of :data:`LABELS`."""
+
+    learns = "classify"
+
+    def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
+        return collate_classify(examples, vocabulary, LABELS)
+
+    def loss(
+        self, model: nn.Module, batch: Any, vocabulary: Vocabulary, smoothing: float
+    ) -> tuple[Tensor, Tensor]:
+        logits = model(batch.source, batch.mask)
+        return smoothed_cross_entropy(logits, batch.labels, -100, smoothing)
+
+    @torch.no_grad()
+    def decode(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        sources: Sequence[Sequence[str]],
+        *,
+        batch_size: int = 256,
+        **options: Any,
+    ) -> list[tuple[str, ...]]:
+        del options  # one label per source: nothing to search
+        model.eval()
+        out = []
+        for first in range(0, len(sources), batch_size):
+            chunk = sources[first : first + batch_size]
+            batch = self.collate([Example(tuple(s), (LABELS[0],)) for s in chunk],
+                                 vocabulary)  # fmt: skip
+            best = model(batch.source, batch.mask).argmax(-1)  # allow-raw: best class
+            out += [(LABELS[i],) for i in best.tolist()]
+        return out
+
+
+@register
+class ClassifierKind(_Classifying):
+    """A Transformer encoder, pooled, then a linear layer over the labels."""
+
+    name = "classifier"
+
+    def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
+        return TransformerClassifier(
+            vocab, len(LABELS), num_layers=config.encoder_layers, layer=config.layer,
+            heads=config.heads, hidden=config.hidden, dropout=config.dropout,
+        )  # fmt: skip
+
+    def attention_maps(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        source: Sequence[str],
+        prediction: Sequence[str],
+    ) -> list[AttentionMap]:
+        batch = self.collate([Example(tuple(source), (LABELS[0],))], vocabulary)
+        _, weights = model(batch.source, batch.mask, need_weights=True)
+        labels = _labels(source)
+        return [
+            (f"encoder self-attention, layer {i + 1}", w[0], labels, labels)
+            for i, w in enumerate(weights)
+        ]
+
+
+@register
+class BagOfWordsKind(_Classifying):
+    """The baseline that cannot read word order: mean word embedding, then linear."""
+
+    name = "bag-of-words"
+
+    def build(self, spec: dict[str, Any]) -> nn.Module:
+        layer = spec["config"]["layer"]
+        return BagOfWords(spec["vocab"], len(LABELS), layer)  # no positions to add
+
+    def attention_maps(
+        self,
+        model: nn.Module,
+        vocabulary: Vocabulary,
+        source: Sequence[str],
+        prediction: Sequence[str],
+    ) -> list[AttentionMap]:
+        return []  # no attention at all
