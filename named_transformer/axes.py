@@ -18,12 +18,16 @@ wrong size fails at the call where it entered, naming the argument and the axis.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import re
 from collections.abc import Callable, Iterator
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jaxtyping
+import torch
 from beartype import BeartypeConf, beartype
-from jaxtyping import jaxtyped
+from jaxtyping import TypeCheckError, jaxtyped
 
 __all__ = ["AXES", "Axis", "checked", "shape_checks", "shape_checks_enabled"]
 
@@ -85,12 +89,104 @@ def checked(fn: _F) -> _F:
 
     This is ``jaxtyped(typechecker=beartype)``, with beartype accepting an ``int`` where
     a ``float`` is annotated. Decorate functions and ``forward`` methods, never a class:
-    a decorated class checks nothing. Honours :func:`shape_checks` at call time.
+    a decorated class checks nothing. Honours :func:`shape_checks` at call time. A
+    failed check raises jaxtyping's ``TypeCheckError`` whose first line says what is
+    wrong, e.g. ``axis 'seq' is 8 in argument 'mask' but 9 in argument 'keys'``.
     """
-    return jaxtyped(typechecker=_typechecker)(fn)
+    typed = jaxtyped(typechecker=_typechecker)(fn)
+
+    @functools.wraps(fn)
+    def check(*args: Any, **kwargs: Any) -> Any:
+        if jaxtyping.config.jaxtyping_disable:  # off: no check, nothing to explain
+            return fn(*args, **kwargs)
+        try:
+            return typed(*args, **kwargs)
+        except TypeCheckError as error:
+            fresh = _about_arguments(error) and not hasattr(error, "summary")
+            summary = _summary(fn, args, kwargs) if fresh else None
+            if summary is None:
+                raise
+            summarised = TypeCheckError(f"{summary}\n\n{error}")
+            summarised.summary = summary
+            raise summarised from None
+
+    return check  # type: ignore[return-value]
 
 
 # --8<-- [end:checked]
+
+
+# `Float[Tensor, '*batch seq key']` in an annotation: the dtype kind and the axes
+_ANNOTATION = re.compile(
+    r"\b(Float|Int|Bool|Shaped)\[\s*Tensor\s*,\s*['\"]([^'\"]*)['\"]"
+)
+_KINDS = {
+    "Float": torch.is_floating_point,
+    "Bool": lambda t: t.dtype == torch.bool,
+    "Int": lambda t: not t.is_floating_point() and t.dtype != torch.bool,
+}
+
+
+def _about_arguments(error: TypeCheckError) -> bool:
+    return "checking the parameters" in str(error)
+
+
+def _summary(fn: Callable, args: tuple, kwargs: dict) -> str | None:
+    """One line naming the conflict of a failed check of ``fn``'s arguments.
+
+    Reads the arguments in order, as the check does: the first argument to use an axis
+    sets its size, and the first that disagrees is named with the one it disagrees
+    with. A module's weights (parameters) are read first, so a wrong input is blamed,
+    not the weight it meets.
+    """
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return None
+    annotated = []
+    for name, value in bound.arguments.items():
+        match = _ANNOTATION.search(str(fn.__annotations__.get(name, "")))
+        if match and isinstance(value, torch.Tensor):
+            annotated.append((name, value, match[1], match[2].split()))
+    # a module's weights first: they are right, and the input that disagrees is named
+    annotated.sort(key=lambda item: not isinstance(item[1], torch.nn.Parameter))
+    seen: dict[str, tuple[int, str]] = {}
+    for name, value, kind, dims in annotated:
+        if not _KINDS.get(kind, lambda t: True)(value):
+            return f"argument '{name}' has dtype {value.dtype}, not {kind}"
+        problem = _bind(name, tuple(value.shape), dims, seen)
+        if problem:
+            return problem
+    return None
+
+
+def _bind(
+    name: str, shape: tuple[int, ...], dims: list[str], seen: dict[str, tuple[int, str]]
+) -> str | None:
+    """Bind the named axes of one argument; the first conflict, in words."""
+    variadic = [i for i, d in enumerate(dims) if d.startswith(("*", "#*"))]
+    fixed = len(dims) - len(variadic)
+    if len(shape) < fixed or (not variadic and len(shape) != fixed):
+        wanted = f"{fixed} or more" if variadic else str(fixed)
+        axes = "axis" if len(shape) == 1 else "axes"
+        return (f"argument '{name}' has {len(shape)} {axes} {shape}, but "
+                f"'{' '.join(dims)}' needs {wanted}")  # fmt: skip
+    split = variadic[0] if variadic else len(dims)
+    after = len(dims) - split - 1 if variadic else 0
+    positions = list(range(split)) + list(range(len(shape) - after, len(shape)))
+    named = [d for i, d in enumerate(dims) if i not in variadic]
+    for dim, position in zip(named, positions, strict=True):
+        broadcast, axis = dim.startswith("#"), dim.lstrip("#")
+        size = shape[position]
+        if axis.isdigit() or axis == "_" or (broadcast and size == 1):
+            continue
+        if axis in seen and seen[axis][0] != size:
+            if not (seen[axis][0] == 1 and broadcast):
+                first, where = seen[axis]
+                return (f"axis '{axis}' is {first} in argument '{where}' but {size} "
+                        f"in argument '{name}'")  # fmt: skip
+        seen.setdefault(axis, (size, name))
+    return None
 
 
 def shape_checks_enabled() -> bool:

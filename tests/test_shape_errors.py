@@ -173,3 +173,65 @@ def test_every_public_function_of_the_core_has_a_case():
     }  # no tensors
     missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_first_line_says_what_is_wrong_in_one_sentence(name):
+    function, _, bad, argument = CASES[name]
+    with pytest.raises(TypeCheckError) as error:
+        function(*bad)
+    first = str(error.value).splitlines()[0]
+    assert first.startswith(("axis '", "argument '")), first
+    assert f"'{argument}'" in first, first
+
+
+@pytest.mark.parametrize(
+    ("call", "summary"),
+    [
+        (
+            lambda: nt.attention(QUERIES, BAD_KEYS, VALUES),
+            f"axis 'key' is {KEY} in argument 'queries' but {KEY + 1} in argument "
+            "'keys'",
+        ),
+        (
+            lambda: nt.attention(QUERIES, KEYS, VALUES, r(B, SEQ_Q, SEQ + 1) > 0),
+            f"axis 'seq' is {SEQ} in argument 'keys' but {SEQ + 1} in argument 'mask'",
+        ),
+        (
+            lambda: nt.softmax(r(B, SEQ), torch.ones(B, SEQ)),
+            "argument 'mask' has dtype torch.float32, not Bool",
+        ),
+        (
+            lambda: nt.attention(r(KEY), KEYS, VALUES),
+            f"argument 'queries' has 1 axis ({KEY},), but '*batch seq_q key' needs "
+            "2 or more",
+        ),
+    ],
+)
+def test_the_summary_names_the_axis_both_sizes_and_both_arguments(call, summary):
+    with pytest.raises(TypeCheckError) as error:
+        call()
+    assert str(error.value).splitlines()[0] == summary
+    assert "Called with parameters" in str(error.value)  # jaxtyping's detail follows
+
+
+def test_a_module_blames_its_input_not_its_weight():
+    attention = nt.MultiHeadAttention(LAYER, 2)
+    with pytest.raises(TypeCheckError) as error:
+        attention(r(B, SEQ, LAYER + 1))
+    first = str(error.value).splitlines()[0]
+    assert first == (
+        f"axis 'layer' is {LAYER} in argument 'w_q' but {LAYER + 1} in argument "
+        "'inputs'"
+    )
+
+
+def test_a_token_id_outside_the_vocabulary_is_named():
+    embedding = nt.TokenEmbedding(10, LAYER)
+    with pytest.raises(ValueError, match="token id 12 in argument 'tokens' is outside"
+                       " the vocabulary of 10 tokens"):  # fmt: skip
+        embedding(torch.tensor([[1, 12]]))
+    with pytest.raises(ValueError, match="token id -1"):
+        embedding(torch.tensor([[-1, 2]]))
+    with nt.shape_checks(False):  # no check, no host sync: what compiled code runs
+        assert embedding(torch.tensor([[1, 2]])).shape == (1, 2, LAYER)

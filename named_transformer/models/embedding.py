@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from named_transformer.axes import checked
+from named_transformer.axes import checked, shape_checks_enabled
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import sinusoidal_positions
 
@@ -44,7 +44,19 @@ def embed(
     tokens: Int[Tensor, "*batch seq"],
     table: Float[Tensor, "vocab layer"],
 ) -> Float[Tensor, "*batch seq layer"]:
-    r"""$(E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}$, computed as a row lookup."""
+    r"""$(E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}$, computed as a row lookup.
+
+    With shape checks on, a token id outside ``0 … |vocab| - 1`` raises ``ValueError``
+    naming it (a one-hot vector $I$ has no row for it).
+    """
+    if shape_checks_enabled() and tokens.numel():
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= table.shape[0]:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"token id {bad} in argument 'tokens' is outside the vocabulary of "
+                f"{table.shape[0]} tokens (ids 0 to {table.shape[0] - 1})"
+            )
     return table[tokens] * math.sqrt(table.shape[-1])
 
 
