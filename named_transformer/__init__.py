@@ -37,6 +37,16 @@ from named_transformer.core.scores import (
     scaled_dot_score,
 )
 from named_transformer.core.softmax import hardmax, softmax
+from named_transformer.decoding import (
+    CompiledDecoder,
+    Decoded,
+    IncrementalDecoder,
+    beam_search,
+    greedy,
+    length_penalty,
+    sample,
+    strip_after_eos,
+)
 from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
@@ -175,5 +185,13 @@ __all__ = [
     "Residual",
     "Transformer",
     "TransformerStacks",
+    "CompiledDecoder",
+    "Decoded",
+    "IncrementalDecoder",
+    "beam_search",
+    "greedy",
+    "length_penalty",
+    "sample",
+    "strip_after_eos",
 ]
 __version__ = "0.2.0"

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from named_transformer.workflows import cli
+
+CHECKPOINT_0_1_0 = Path(__file__).parent / "data" / "copy-tiny-0.1.0.pt"
 
 TINY = ["--size", "tiny", "--steps", "2", "--train-size", "32", "--test-size", "4",
         "--eval-every", "1", "--batch-size", "8", "--min-len", "2",
@@ -147,3 +151,48 @@ def test_resumed_training_ends_with_the_same_weights(tmp_path, capsys):
     b = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
     assert a["step"] == b["step"] == 4
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+class _RunsCode:
+    """Unpickling this calls os.system: what a malicious checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("kind", ["missing", "text", "foreign", "malicious"])
+def test_a_bad_checkpoint_is_one_line_on_stderr_and_exit_2(tmp_path, kind):
+    path, marker = tmp_path / "checkpoint.pt", tmp_path / "code-ran"
+    if kind == "text":
+        path.write_text("not a checkpoint\n")
+    elif kind == "foreign":
+        torch.save({"weight": torch.ones(2)}, path)
+    elif kind == "malicious":
+        torch.save({"model": _RunsCode(marker)}, path)
+    done = subprocess.run(
+        [sys.executable, "-m", "named_transformer", "evaluate", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr and str(path) in lines[0]
+    assert not marker.exists()  # the pickle was refused, never run
+
+
+def test_checkpoints_are_read_with_weights_only(tmp_path, monkeypatch):
+    from named_transformer.workflows import training
+
+    seen = []
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(training.torch, "load", spy)
+    state = training.load_checkpoint(CHECKPOINT_0_1_0)
+    assert seen == [True] and state["step"] == 3

@@ -36,8 +36,11 @@ def _pad(rows: list[list[int]], pad: int) -> Tensor:
 
 @dataclass
 class Batch:
-    """A padded encoder–decoder batch. ``target_in`` = ``<bos>`` + target (teacher forcing),
-    ``target_out`` = target + ``<eos>``, padded with ``<pad>`` (ignored by the loss)."""
+    """A padded encoder–decoder batch.
+
+    ``target_in`` = ``<bos>`` + target (teacher forcing), ``target_out`` = target +
+    ``<eos>``, padded with ``<pad>`` (ignored by the loss).
+    """
 
     source: Int[Tensor, "batch seq"]
     source_lengths: Int[Tensor, " batch"]
@@ -50,7 +53,7 @@ class Batch:
 
     @property
     def source_mask(self) -> Bool[Tensor, "batch 1 seq"]:
-        """Encoder self-attention and cross-attention: every query ignores padded source keys."""
+        """Encoder self- and cross-attention mask: queries ignore padded source keys."""
         return key_padding_mask(self.source_lengths, self.source.shape[-1])
 
     @property
@@ -119,7 +122,10 @@ def collate(examples: Sequence[Example], vocabulary: Vocabulary) -> Batch:
 # --8<-- [start:collate_lm]
 @checked
 def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
-    """Pad ``source <bos> target <eos>`` rows for a decoder-only model, shifted by one."""
+    """Pad ``source <bos> target <eos>`` rows for a decoder-only model.
+
+    The outputs are the inputs shifted by one.
+    """
     if not examples:
         raise ValueError("collate_lm needs at least one example")
     rows, prompts = [], []
@@ -143,7 +149,7 @@ def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
 
 @dataclass
 class ClassifyBatch:
-    """A padded classification batch: token ids, their lengths, and one label id per row."""
+    """A padded classification batch: token ids, their lengths, one label id per row."""
 
     source: Int[Tensor, "batch seq"]
     source_lengths: Int[Tensor, " batch"]

@@ -1,6 +1,7 @@
 r"""The command line: train on a task, evaluate a checkpoint, decode an input.
 
-    python -m named_transformer train copy --steps 2000 --out runs/copy --no-shape-checks
+    python -m named_transformer train copy --steps 2000 --out runs/copy \
+        --no-shape-checks
     python -m named_transformer evaluate runs/copy/checkpoint.pt
     python -m named_transformer decode runs/copy/checkpoint.pt "3141592653"
 
@@ -24,6 +25,7 @@ import torch
 
 from named_transformer.axes import shape_checks
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
+from named_transformer.workflows.training import CheckpointError
 
 __all__ = ["main"]
 
@@ -35,8 +37,9 @@ def require(*modules: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise SystemExit(
-            f"error: the command line needs {', '.join(missing)} (attention figures: "
-            f"matplotlib; progress bar: tqdm), which the `train` extra installs: {EXTRA}"
+            f"error: the command line needs {', '.join(missing)} "
+            f"(attention figures: matplotlib; progress bar: tqdm), "
+            f"which the `train` extra installs: {EXTRA}"
         )
 
 
@@ -72,17 +75,21 @@ def _train(args: argparse.Namespace) -> int:
 
     out = Path(args.out or Path("runs") / args.task)
     run = train_task(
-        args.task, args.model, args.size, steps=args.steps, seed=args.seed, directory=out,
-        positions=args.positions, batch_size=args.batch_size, min_len=args.min_len,
-        max_len=args.max_len, train_size=args.train_size, test_size=args.test_size,
-        eval_every=args.eval_every, warmup=args.warmup, factor=args.factor, dropout=args.dropout,
-        progress=not args.no_progress, resume=args.resume,
+        args.task, args.model, args.size, steps=args.steps, seed=args.seed,
+        directory=out, positions=args.positions, batch_size=args.batch_size,
+        min_len=args.min_len, max_len=args.max_len, train_size=args.train_size,
+        test_size=args.test_size, eval_every=args.eval_every, warmup=args.warmup,
+        factor=args.factor, dropout=args.dropout, progress=not args.no_progress,
+        resume=args.resume,
     )  # fmt: skip
     if run["trainer"].rank != 0:
         return 0
     results = run["results"]
-    print(f"trained {results['kind']} ({results['parameters']:,} parameters) for "
-          f"{results['steps']} steps in {results['seconds']:.0f} s; checkpoint: {out / 'checkpoint.pt'}")  # fmt: skip
+    print(
+        f"trained {results['kind']} ({results['parameters']:,} parameters) for "
+        f"{results['steps']} steps in {results['seconds']:.0f} s; "
+        f"checkpoint: {out / 'checkpoint.pt'}"
+    )
     example = held_out(args.task, run["data"], 1)[0]
     _figure(
         run,
@@ -107,8 +114,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     run = load_run(args.checkpoint)
     task = run["spec"]["task"]
     examples = held_out(task, run["data"], args.n)
-    results = {"task": task, "held_out": evaluate_model(run["model"], run["spec"],
-                                                        run["vocabulary"], examples)}  # fmt: skip
+    results = {
+        "task": task,
+        "held_out": evaluate_model(
+            run["model"], run["spec"], run["vocabulary"], examples
+        ),
+    }
     if task == "sentiment":
         contrast = contrast_examples(args.n)
         results["contrast"] = evaluate_model(
@@ -136,8 +147,8 @@ def _decode(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {args.input!r} has no tokens for task {task!r}")
     (output,) = decode_examples(
         run["model"], run["spec"], run["vocabulary"], [source], method=args.method,
-        width=args.width, alpha=args.alpha, temperature=args.temperature, top_k=args.top_k,
-        seed=args.seed,
+        width=args.width, alpha=args.alpha, temperature=args.temperature,
+        top_k=args.top_k, seed=args.seed,
     )  # fmt: skip
     print(detokenize(task, output))
     figure = Path(
@@ -158,8 +169,11 @@ def parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a model on a generated task")
     train.add_argument("task", choices=sorted(TASKS))
-    train.add_argument("--model", choices=KINDS, help="model kind (default: encoder-decoder, "
-                       "or classifier for sentiment)")  # fmt: skip
+    train.add_argument(
+        "--model",
+        choices=KINDS,
+        help="model kind (default: encoder-decoder, or classifier for sentiment)",
+    )
     train.add_argument("--size", choices=sorted(SIZES), default="small")
     train.add_argument("--positions", choices=["sinusoidal", "learned", "relative"],
                        default="sinusoidal")  # fmt: skip
@@ -175,14 +189,27 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--test-size", type=int, default=1000)
     train.add_argument("--eval-every", type=int, default=100)
     train.add_argument("--warmup", type=int, default=400)
-    train.add_argument("--factor", type=float, default=0.1,
-                       help="learning-rate factor of the warm-up schedule; 0.1 at width 64 and "
-                            "warm-up 400 peaks near the paper's 7e-4 (factor 1 is 10x that)")  # fmt: skip
-    train.add_argument("--dropout", type=float, default=0.1,
-                       help="the paper's 0.1; 0 trains the generated tasks faster")  # fmt: skip
+    train.add_argument(
+        "--factor",
+        type=float,
+        default=0.1,
+        help=(
+            "learning-rate factor of the warm-up schedule; 0.1 at width 64 and "
+            "warm-up 400 peaks near the paper's 7e-4 (factor 1 is 10x that)"
+        ),
+    )
+    train.add_argument(
+        "--dropout",
+        type=float,
+        default=0.1,
+        help="the paper's 0.1; 0 trains the generated tasks faster",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--resume", action="store_true",
-                       help="continue from OUT/checkpoint.pt (exactly) up to --steps")  # fmt: skip
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUT/checkpoint.pt (exactly) up to --steps",
+    )
     train.set_defaults(run=_train)
 
     evaluate = commands.add_parser(
@@ -220,8 +247,12 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m named_transformer``; returns the exit status."""
     args = parser().parse_args(argv)
-    with shape_checks(not args.no_shape_checks):
-        status = args.run(args)
+    try:
+        with shape_checks(not args.no_shape_checks):
+            status = args.run(args)
+    except CheckpointError as error:  # one line, no traceback: the file is the problem
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return status

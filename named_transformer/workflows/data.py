@@ -25,7 +25,10 @@ SPLITS = ("train", "valid", "test")
 
 
 class Example(NamedTuple):
-    """One item: a source and a target token sequence (a classification target is one label)."""
+    """One item: a source and a target token sequence.
+
+    A classification target is one label.
+    """
 
     source: tuple[str, ...]
     target: tuple[str, ...]
@@ -34,7 +37,7 @@ class Example(NamedTuple):
 # --8<-- [start:split_of]
 @checked
 def split_of(key: str) -> str:
-    """The split an item belongs to, from a stable hash of its key: 10% test, 10% valid."""
+    """The split of an item, from a stable hash of its key: 10% test, 10% valid."""
     bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 10
     return "test" if bucket == 0 else "valid" if bucket == 1 else "train"
 
@@ -44,7 +47,7 @@ def split_of(key: str) -> str:
 
 # --8<-- [start:Vocabulary]
 class Vocabulary:
-    """Tokens ↔ ids, with ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` at ids 0, 1, 2, 3."""
+    """Tokens ↔ ids, with ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` at ids 0–3."""
 
     pad, bos, eos, unk = 0, 1, 2, 3
 
@@ -62,7 +65,10 @@ class Vocabulary:
         min_count: int = 1,
         max_size: int | None = None,
     ) -> Vocabulary:
-        """The tokens seen at least ``min_count`` times, most frequent first (ties by name)."""
+        """The tokens seen at least ``min_count`` times, most frequent first.
+
+        Ties are broken by name.
+        """
         counts = Counter(token for sequence in sequences for token in sequence)
         ranked = sorted(
             (t for t, c in counts.items() if c >= min_count),
@@ -81,12 +87,15 @@ class Vocabulary:
     def encode(
         self, tokens: Iterable[str], bos: bool = False, eos: bool = False
     ) -> list[int]:
-        """Ids of ``tokens`` (unknown tokens → ``<unk>``), optionally framed by bos/eos."""
+        """Ids of ``tokens`` (unknown → ``<unk>``), optionally framed by bos/eos."""
         ids = [self.stoi.get(token, self.unk) for token in tokens]
         return [self.bos] * bos + ids + [self.eos] * eos
 
     def decode(self, ids: Iterable[int], strip: bool = True) -> tuple[str, ...]:
-        """Tokens of ``ids``; with ``strip``, stop at the first ``<eos>`` and drop pad/bos."""
+        """Tokens of ``ids``.
+
+        With ``strip``, stop at the first ``<eos>`` and drop pad/bos.
+        """
         out = []
         for i in ids:
             i = int(i)
@@ -98,7 +107,10 @@ class Vocabulary:
         return tuple(out)
 
     def to_list(self) -> list[str]:
-        """The tokens in id order (JSON-friendly; rebuild with ``Vocabulary(tokens)``)."""
+        """The tokens in id order (JSON-friendly).
+
+        Rebuild with ``Vocabulary(tokens)``.
+        """
         return list(self.itos)
 
 

@@ -169,7 +169,9 @@ def register(kind: _Kind) -> _Kind:
 def kind_of(name: str) -> ModelKind:
     """The registered kind called ``name``."""
     if name not in MODEL_KINDS:
-        raise ValueError(f"model kind must be one of {tuple(MODEL_KINDS)}, got {name!r}")
+        raise ValueError(
+            f"model kind must be one of {tuple(MODEL_KINDS)}, got {name!r}"
+        )
     return MODEL_KINDS[name]
 
 
@@ -188,7 +190,9 @@ def _strategy(
         return partial(beam_search, width=width, alpha=alpha)
     if method == "sample":
         generator = torch.Generator().manual_seed(seed)
-        return partial(sample, temperature=temperature, top_k=top_k, generator=generator)
+        return partial(
+            sample, temperature=temperature, top_k=top_k, generator=generator
+        )
     raise ValueError(f"method must be greedy, beam or sample, got {method!r}")
 
 
@@ -231,7 +235,9 @@ class _Generating(ModelKind):
                 examples = [Example(tuple(sources[i]), ()) for i in chunk]
                 limit = max_len or max(len(e.source) for e in examples) + 12
                 decoder, start = self.start(model, examples, vocabulary)
-                decoded = strategy(decoder, start, limit, vocabulary.eos, vocabulary.pad)
+                decoded = strategy(
+                    decoder, start, limit, vocabulary.eos, vocabulary.pad
+                )
                 rows = strip_after_eos(decoded.tokens, vocabulary.eos)
                 for i, ids in zip(chunk, rows, strict=True):
                     results[i] = vocabulary.decode(ids)

@@ -1,10 +1,10 @@
-r"""From a task name to a trained model: build, train, evaluate, decode (used by the CLI).
+r"""From a task name to a trained model: build, train, evaluate, decode.
 
-A *spec* (a JSON-friendly dict stored in every checkpoint, made by :func:`make_spec`)
-says which model to build: its ``kind`` names one of the model kinds of
-:mod:`named_transformer.workflows.kinds`, which builds it, batches its examples,
-computes its loss, decodes and collects its attention maps. The functions here look the
-kind up and call it; none of them knows what kinds there are.
+The CLI is built on these functions. A *spec* (a JSON-friendly dict stored in every
+checkpoint, made by :func:`make_spec`) says which model to build: its ``kind`` names
+one of the model kinds of :mod:`named_transformer.workflows.kinds`, which builds it,
+batches its examples, computes its loss, decodes and collects its attention maps. The
+functions here look the kind up and call it; none of them knows what kinds there are.
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ from named_transformer.workflows.kinds import (
 )
 from named_transformer.workflows.sentiment import negation_contrast_set
 from named_transformer.workflows.tasks import TASKS, make_task, task_vocabulary
-from named_transformer.workflows.training import LossFunction, TrainConfig, Trainer
+from named_transformer.workflows.training import (
+    LossFunction,
+    TrainConfig,
+    Trainer,
+    load_checkpoint,
+)
 
 __all__ = [
     "KINDS",
@@ -245,7 +250,9 @@ def _resume(trainer: Trainer, directory: str | Path | None) -> float:
         return 0.0
     trainer.load(Path(directory, "checkpoint.pt"))
     metrics = Path(directory, "metrics.json")
-    return json.loads(metrics.read_text()).get("seconds", 0.0) if metrics.exists() else 0.0
+    return (
+        json.loads(metrics.read_text()).get("seconds", 0.0) if metrics.exists() else 0.0
+    )
 
 
 def _scores(
@@ -263,8 +270,8 @@ def _scores(
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """Rebuild the model, spec, vocabulary and data settings from a ``checkpoint.pt``."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    """Rebuild the model, spec, vocabulary and data settings of a ``checkpoint.pt``."""
+    state = load_checkpoint(path)
     meta = state["meta"]
     model = build_model(meta["spec"])
     model.load_state_dict(state["model"])
@@ -279,7 +286,10 @@ def load_run(path: str | Path) -> dict[str, Any]:
 @checked
 @torch.no_grad()
 def attention_maps(
-    model: nn.Module, spec: dict[str, Any], vocabulary: Vocabulary, source: Sequence[str]
+    model: nn.Module,
+    spec: dict[str, Any],
+    vocabulary: Vocabulary,
+    source: Sequence[str],
 ) -> tuple[tuple[str, ...], list[AttentionMap]]:
     """Decode ``source`` greedily, then return (prediction, maps): one entry per
     attention kind and layer, ``(title, weights heads×seq_q×seq, query labels, key
@@ -294,7 +304,10 @@ def attention_maps(
 def attention_figure(
     maps: list[AttentionMap], path: str | Path, title: str = ""
 ) -> Path:
-    """Draw every (kind, layer) row of ``maps`` with one panel per head; save a PNG at ``path``."""
+    """Draw every (kind, layer) row of ``maps`` with one panel per head.
+
+    The figure is saved as a PNG at ``path``.
+    """
     from named_transformer.plot import _pyplot, attention_heatmap
 
     plt = _pyplot()
@@ -316,8 +329,8 @@ def attention_figure(
                 ax.axis("off")
                 continue
             attention_heatmap(
-                weights[head].float(), queries, keys, ax=ax, annotate=False, colorbar=False,
-                title=f"{name}, head {head + 1}",
+                weights[head].float(), queries, keys, ax=ax, annotate=False,
+                colorbar=False, title=f"{name}, head {head + 1}",
             )  # fmt: skip
             ax.title.set_fontsize(8)
             ax.tick_params(labelsize=6)

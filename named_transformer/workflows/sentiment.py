@@ -1,10 +1,10 @@
-r"""Sentiment: synthetic reviews with negation and intensifiers, a contrast set, and IMDB.
+r"""Sentiment: synthetic reviews (negation, intensifiers), a contrast set, and IMDB.
 
 A synthetic review has one or two evaluative clauses (``the plot was not very good``)
 and up to two neutral sentences, some of which contain a negation that changes nothing
 (``i had not heard of it before .``). A clause's polarity is its adjective's, flipped by
-a negator (``not``, ``never``) in front of it; intensifiers (``very``, ``really`` …) keep
-it. Two clauses in one review agree, so the label is well defined.
+a negator (``not``, ``never``) in front of it; intensifiers (``very``, ``really`` …)
+keep it. Two clauses in one review agree, so the label is well defined.
 
 The **negation contrast set** holds pairs of reviews that differ only by one negation
 and have opposite labels. Its two members contain the same words but for the negator,
@@ -43,7 +43,8 @@ __all__ = [
 LABELS = ("negative", "positive")
 ASPECTS = (
     "the acting", "the plot", "the story", "the film", "the movie", "the music",
-    "the dialogue", "the ending", "the cast", "the script", "the camera work", "the pacing",
+    "the dialogue", "the ending", "the cast", "the script", "the camera work",
+    "the pacing",
 )  # fmt: skip
 VERBS = ("was", "is", "felt", "seemed")
 POSITIVE = (
@@ -80,7 +81,7 @@ JOINERS = ("and", ", and", ". also ,")
 
 
 def _clause(rng: random.Random, positive: bool, negated: bool) -> list[str]:
-    """``the plot was [not] [very] good`` with the polarity ``positive`` after negation."""
+    """``the plot was [not] [very] good``, of polarity ``positive`` after negation."""
     adjective_positive = positive != negated
     aspect, verb, negator = rng.choice(ASPECTS), rng.choice(VERBS), rng.choice(NEGATORS)
     intensifier = [rng.choice(INTENSIFIERS)] if rng.random() < 0.4 else []
@@ -103,7 +104,10 @@ def _review(rng: random.Random, positive: bool, negations: list[bool]) -> list[s
 
 
 def _key(words: list[str]) -> str:
-    """The review with its clause negators removed: both members of a contrast pair share it."""
+    """The review with its clause negators removed.
+
+    Both members of a contrast pair share it.
+    """
     return " ".join(w for i, w in enumerate(words) if not _is_clause_negator(words, i))
 
 
@@ -114,7 +118,10 @@ def _is_clause_negator(words: list[str], i: int) -> bool:
 # --8<-- [start:synthetic_review]
 @checked
 def synthetic_review(rng: random.Random) -> tuple[Example, str]:
-    """One review and its split key: label ``positive``/``negative``, half negated clauses."""
+    """One review and its split key.
+
+    The label is ``positive`` or ``negative``; half the clauses are negated.
+    """
     positive = rng.random() < 0.5
     negations = [rng.random() < 0.5 for _ in range(rng.choice((1, 1, 2)))]
     words = _review(rng, positive, negations)
@@ -129,10 +136,10 @@ def synthetic_review(rng: random.Random) -> tuple[Example, str]:
 def negation_contrast_set(
     n: int, seed: int = 0, split: str = "test"
 ) -> list[tuple[Example, Example]]:
-    """``n`` pairs of one-clause reviews that differ only by a negator and have opposite labels.
+    """``n`` pairs of one-clause reviews that differ only by a negator.
 
-    Both members of a pair belong to ``split`` (their key ignores the negator), so the
-    ``test`` pairs are never trained on.
+    The two members of a pair have opposite labels. Both belong to ``split`` (their key
+    ignores the negator), so the ``test`` pairs are never trained on.
     """
     rng = random.Random(f"contrast/{seed}/{split}")
     pairs: list[tuple[Example, Example]] = []
@@ -211,7 +218,8 @@ def load_imdb(root: str | Path, split: str = "train") -> list[Example]:
         directory = base / split / folder
         if not directory.is_dir():
             raise FileNotFoundError(
-                f"no IMDB folder {directory} (expected aclImdb/{{train,test}}/{{pos,neg}})"
+                f"no IMDB folder {directory} "
+                f"(expected aclImdb/{{train,test}}/{{pos,neg}})"
             )
         for path in sorted(directory.glob("*.txt")):
             examples.append(Example(words(path.read_text(encoding="utf-8")), (label,)))
@@ -223,9 +231,10 @@ def load_imdb(root: str | Path, split: str = "train") -> list[Example]:
 
 # --8<-- [start:BagOfWords]
 class BagOfWords(nn.Module):
-    r"""The baseline: the mean of the word embeddings, then a linear layer (fastText-style).
+    r"""The baseline: mean of the word embeddings, then a linear layer (fastText-style).
 
-    $$\text{logits} = W \ndot{layer} \operatorname{mean}_{\mathsf{seq}}(E_{\text{tokens}}) + b$$
+    $$\text{logits} = W \ndot{layer}
+      \operatorname{mean}_{\mathsf{seq}}(E_{\text{tokens}}) + b$$
 
     A linear function of the word counts: word order, and so the scope of a negation,
     is invisible to it.

@@ -17,9 +17,10 @@ tuples ``(source, target)``:
 * ``sentiment``: synthetic reviews with negation and intensifiers → ``positive`` /
   ``negative`` (see :mod:`named_transformer.workflows.sentiment`).
 
-Each item's split comes from its *key* (:func:`~named_transformer.workflows.data.split_of`):
-the source sequence; for dates the calendar date itself, so a held-out date is never
-seen in any format. The held-out splits hold distinct items.
+Each item's split comes from its *key*
+(:func:`~named_transformer.workflows.data.split_of`): the source sequence; for dates the
+calendar date itself, so a held-out date is never seen in any format. The held-out
+splits hold distinct items.
 """
 
 from __future__ import annotations
@@ -55,10 +56,6 @@ __all__ = [
 ]
 
 DIGITS = tuple("0123456789")
-
-
-
-
 
 
 # ----------------------------------------------------------------------------- digits
@@ -112,7 +109,7 @@ def _ordinal(n: int) -> str:
 
 @checked
 def date_formats() -> dict[str, Callable[[datetime.date], str]]:
-    """The human formats of the ``dates`` task, by name; each maps a date to a string."""
+    """The ``dates`` task's human formats, by name; each maps a date to a string."""
     m = lambda d: MONTHS[d.month - 1]  # noqa: E731
     return {
         "d month yyyy": lambda d: f"{d.day} {m(d)} {d.year}",
@@ -121,7 +118,8 @@ def date_formats() -> dict[str, Callable[[datetime.date], str]]:
         "dd Mon yyyy": lambda d: f"{d.day:02d} {m(d)[:3].capitalize()} {d.year}",
         "Mon d yyyy": lambda d: f"{m(d)[:3]} {d.day} {d.year}",
         "Weekday, Month d, yyyy": lambda d: (
-            f"{WEEKDAYS[d.weekday()].capitalize()}, {m(d).capitalize()} {d.day}, {d.year}"
+            f"{WEEKDAYS[d.weekday()].capitalize()}, "
+            f"{m(d).capitalize()} {d.day}, {d.year}"
         ),
         "wkd d mon yyyy": lambda d: (
             f"{WEEKDAYS[d.weekday()][:3]} {d.day} {m(d)[:3]} {d.year}"
@@ -156,7 +154,10 @@ def _sentiment(rng, min_len, max_len):
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """How a task is generated and read: ``seq2seq`` or ``classify``; tokens joined by ``sep``."""
+    """How a task is generated and read.
+
+    Its ``kind`` is ``seq2seq`` or ``classify``; its tokens are joined by ``sep``.
+    """
 
     generate: Callable
     kind: str
@@ -189,11 +190,12 @@ def make_task(
     min_len: int = 10,
     max_len: int = 20,
 ) -> list[Example]:
-    """``n`` examples of task ``name`` from ``split`` (``train``, ``valid`` or ``test``).
+    """``n`` examples of task ``name`` from ``split``: ``train``, ``valid`` or ``test``.
 
-    Deterministic given ``seed``. Items are drawn at random and kept when the hash of their
-    key falls in ``split`` (:func:`split_of`), so the splits are disjoint by construction;
-    ``valid`` and ``test`` hold distinct items, ``train`` may repeat short ones.
+    Deterministic given ``seed``. Items are drawn at random and kept when the hash of
+    their key falls in ``split`` (:func:`split_of`), so the splits are disjoint by
+    construction; ``valid`` and ``test`` hold distinct items, ``train`` may repeat short
+    ones.
     """
     info = _task(name)
     if split not in SPLITS:
@@ -212,7 +214,8 @@ def make_task(
         attempts += 1
         if attempts > budget:
             raise ValueError(
-                f"task {name!r} with lengths {min_len}-{max_len} has too few distinct items for {n} {split} examples"
+                f"task {name!r} with lengths {min_len}-{max_len} has too few distinct "
+                f"items for {n} {split} examples"
             )
         example, key = info.generate(rng, min_len, max_len)
         if split_of(key) != split or (split != "train" and key in seen):
@@ -227,8 +230,10 @@ def make_task(
 
 @checked
 def tokenize(name: str, text: str) -> tuple[str, ...]:
-    """Read a user's input for task ``name``: digits for the digit tasks, characters for dates,
-    lower-case words for sentiment."""
+    """Read a user's input for task ``name``.
+
+    Digits for the digit tasks, characters for dates, lower-case words for sentiment.
+    """
     _task(name)
     if name == "dates":
         return tuple(text.strip())
@@ -242,8 +247,6 @@ def tokenize(name: str, text: str) -> tuple[str, ...]:
 def detokenize(name: str, tokens: Iterable[str]) -> str:
     """Join tokens the way task ``name`` writes them (without a leading ``<bos>``)."""
     return _task(name).sep.join(t for t in tokens if t != START)
-
-
 
 
 @checked

@@ -1,4 +1,4 @@
-r"""The training loop: AdamW, the paper's warm-up schedule, label smoothing, clipping, checkpoints.
+r"""The training loop: AdamW, warm-up, label smoothing, clipping, checkpoints.
 
 The learning rate follows the paper's §5.3 ("Noam") schedule, linear warm-up then decay
 with the inverse square root of the step $s$ (counted from 1):
@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,9 +43,11 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 
 __all__ = [
+    "CheckpointError",
     "TrainConfig",
     "Trainer",
     "init_distributed",
+    "load_checkpoint",
     "noam_rate",
     "smoothed_cross_entropy",
 ]
@@ -52,7 +55,11 @@ __all__ = [
 
 # --8<-- [start:noam_rate]
 def noam_rate(step: int, layer: int, warmup: int, factor: float = 1.0) -> float:
-    r"""$\text{factor} \cdot |\mathsf{layer}|^{-1/2} \min(s^{-1/2}, s \cdot \text{warmup}^{-3/2})$, $s \ge 1$."""
+    r"""The warm-up ("Noam") learning rate at step $s \ge 1$.
+
+    $$\text{factor} \cdot |\mathsf{layer}|^{-1/2}
+      \min(s^{-1/2}, s \cdot \text{warmup}^{-3/2})$$
+    """
     if step < 1 or warmup < 1 or layer < 1:
         raise ValueError(
             f"need step, warmup, layer >= 1, got {step}, {warmup}, {layer}"
@@ -71,11 +78,12 @@ def smoothed_cross_entropy(
     ignore: int,
     smoothing: float = 0.1,
 ) -> tuple[Float[Tensor, ""], Int[Tensor, ""]]:
-    r"""Summed label-smoothed cross-entropy over targets $\ne$ ``ignore``, and their count.
+    r"""Label-smoothed cross-entropy, summed over targets $\ne$ ``ignore``.
 
-    The target distribution puts $1-\epsilon$ on the right token and spreads $\epsilon$
-    uniformly over the vocabulary (PyTorch's ``label_smoothing``); ``log_probs`` may be
-    log-probabilities or logits (a log-softmax of log-probabilities changes nothing).
+    Returns the sum and the number of those targets. The target distribution puts
+    $1-\epsilon$ on the right token and spreads $\epsilon$ uniformly over the vocabulary
+    (PyTorch's ``label_smoothing``); ``log_probs`` may be log-probabilities or logits (a
+    log-softmax of log-probabilities changes nothing).
     """
     flat = rearrange(log_probs, "... vocab -> (...) vocab")
     flat_targets = rearrange(targets, "... -> (...)")
@@ -129,7 +137,7 @@ class TrainConfig:
 
 @dataclass
 class Record:
-    """One logged step: training loss per token, learning rate, throughput, evaluation."""
+    """One logged step: training loss/token, learning rate, throughput, evaluation."""
 
     step: int
     loss: float
@@ -139,7 +147,7 @@ class Record:
 
 
 def init_distributed() -> tuple[int, int]:
-    """Join the process group when run under ``torchrun`` (gloo); return (rank, world size)."""
+    """Join the process group under ``torchrun`` (gloo); return (rank, world size)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("gloo")
@@ -187,7 +195,8 @@ def _optimizer(
         weight_decay=config.weight_decay,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: noam_rate(s + 1, config.layer, config.warmup, config.factor)
+        optimizer,
+        lambda s: noam_rate(s + 1, config.layer, config.warmup, config.factor),
     )
     return optimizer, scheduler
 
@@ -255,7 +264,10 @@ class Trainer:
         return torch.randint(len(self.data), size, generator=generator).tolist()
 
     def train_step(self) -> tuple[float, int]:
-        """One optimizer step on the global batch of ``self.step``: (loss/token, tokens)."""
+        """One optimizer step on the global batch of ``self.step``.
+
+        Returns (loss/token, tokens).
+        """
         indices = self.batch_indices(self.step)[self.rank :: self.world]
         batch = self.collate([self.data[i] for i in indices])
         self.model.train()
@@ -350,7 +362,7 @@ class Trainer:
 
     def load(self, path: str | Path) -> None:
         """Restore weights, optimizer, scheduler, step, history and random state."""
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = load_checkpoint(path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -363,6 +375,41 @@ class Trainer:
 # --8<-- [end:Trainer]
 
 
+class CheckpointError(ValueError):
+    """A file that is missing, not a checkpoint, or a checkpoint this code can't use."""
+
+
+# What Trainer.save writes; a file without them is some other torch file.
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "step", "meta", "history", "rng")
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by :meth:`Trainer.save` (weights, configs, meta, history)."""
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """Read a checkpoint written by :meth:`Trainer.save`, safely.
+
+    The file is read with ``torch.load(weights_only=True)``: tensors and plain Python
+    values only, so a file that would unpickle an object (and so could run code) is
+    refused, not executed. Any problem raises :class:`CheckpointError` with one line
+    saying what is wrong with which file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path} is not a torch file (torch.save writes a zip)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises pickle, zip and runtime errors alike
+        why = (
+            "it asks to unpickle objects"
+            if "Weights only" in str(error)
+            else (str(error).strip() or type(error).__name__).splitlines()[0][:160]
+        )
+        raise CheckpointError(f"{path} was not loaded: {why}") from None
+    keys = state if isinstance(state, dict) else {}
+    missing = [key for key in CHECKPOINT_KEYS if key not in keys]
+    if missing:
+        raise CheckpointError(
+            f"{path} is a torch file but not a named_transformer checkpoint "
+            f"(it has no {', '.join(repr(k) for k in missing)})"
+        )
+    return state
