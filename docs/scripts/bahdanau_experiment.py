@@ -41,7 +41,10 @@ from einops import rearrange  # noqa: E402
 
 import named_transformer as nt  # noqa: E402
 from named_transformer import plot  # noqa: E402
-from named_transformer.models.seq2seq import BahdanauSeq2Seq, RNNEncoderDecoder  # noqa: E402
+from named_transformer.models.seq2seq import (  # noqa: E402
+    BahdanauSeq2Seq,
+    RNNEncoderDecoder,
+)
 from named_transformer.workflows.batches import collate  # noqa: E402
 from named_transformer.workflows.tasks import make_task, task_vocabulary  # noqa: E402
 
