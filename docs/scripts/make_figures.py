@@ -80,7 +80,11 @@ def dot_variance(quick: bool) -> plt.Figure:
         scaled.append(nt.scaled_dot_score(queries, keys).var().item())
     ax = plot.line_plot(
         sizes,
-        {"|key| (theory)": sizes, "Q ⊙_key K": plain, "Q ⊙_key K / √|key|": scaled},
+        {
+            "|key| (theory)": sizes,
+            "Q ⊙_key K": plain,
+            "Q ⊙_key K / √|key|": scaled,
+        },
         styles={"|key| (theory)": {"linestyle": "--", "color": "grey", "marker": None}},
         logx=True,
         logy=True,

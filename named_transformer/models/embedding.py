@@ -105,10 +105,10 @@ class SinusoidalPositions(nn.Module):
     r"""$X^0 = X + P$ with the fixed sinusoidal $P$, then dropout. No parameters.
 
     The table is computed in the inputs' dtype and on their device, for positions
-    ``offset`` … ``offset + |seq| - 1`` (``offset`` = cache length when decoding step by
-    step). It is kept once computed (per dtype and device, growing when a longer one is
-    asked for): a decoder asks for one new position per step, and computing a row costs
-    forty times more than reading it.
+    ``offset`` … ``offset + |seq| - 1`` (``offset`` = cache length when decoding step
+    by step). It is kept once computed (per dtype and device, growing when a longer one
+    is asked for): a decoder asks for one new position per step, and computing a row
+    costs forty times more than reading it.
     """
 
     def __init__(self, layer: int, *, dropout: float = 0.1) -> None:

@@ -498,8 +498,8 @@ class BahdanauSeq2Seq(nn.Module):
 
 # --8<-- [start:RNNEncoderDecoder]
 class RNNEncoderDecoder(nn.Module):
-    r"""The basic encoder–decoder: a GRU reads the source into one vector $c$, its last
-    state.
+    r"""The basic encoder–decoder: a GRU reads the source into one vector $c$, its
+    last state.
 
     With ``reverse_source=True`` the source is read backwards (Sutskever et al., 2014,
     seed 02), so the first source tokens are the last ones read, close to the first

@@ -68,8 +68,9 @@ __all__ = [
     "register",
 ]
 
-# (title, weights heads × seq_q × seq, query labels, key labels); the sizes differ from
-# one map to the next, so one jaxtyping annotation cannot bind them across the list.
+# (title, weights heads × seq_q × seq, query labels, key labels); the sizes differ
+# from one map to the next, so one jaxtyping annotation cannot bind them across the
+# list.
 AttentionMap = tuple[str, Tensor, list[str], list[str]]
 Strategy = Callable[..., Decoded]
 

@@ -4,8 +4,8 @@ Every task yields :class:`~named_transformer.workflows.data.Example` pairs of to
 tuples ``(source, target)``:
 
 * ``copy``, ``reverse``, ``sort``: digit sequences (10 symbols) of lengths
-  ``min_len`` … ``max_len`` (default 10–20), the target the sequence copied, reversed
-  or sorted;
+  ``min_len`` … ``max_len`` (default 10–20), the target the sequence copied,
+  reversed or sorted;
 * ``histogram``: each position outputs how often its token occurs in the whole
   sequence (dataflowr's "think like transformers" exercise, seed 05). The source starts
   with ``<bos>``: attention spread evenly over the $c$ equal tokens averages $c$ equal
