@@ -79,11 +79,10 @@ def test_train_sentiment_classifier_and_bag_of_words(tmp_path, capsys):
     assert printed.splitlines()[0] in ("positive", "negative")
 
 
-def test_a_mismatched_model_kind_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="cannot be learned"):
-        cli.main(
-            ["train", "copy", *TINY, "--model", "classifier", "--out", str(tmp_path)]
-        )
+def test_a_mismatched_model_kind_is_a_clear_error(tmp_path, capsys):
+    argv = ["train", "copy", *TINY, "--model", "classifier", "--out", str(tmp_path)]
+    assert cli.main(argv) == 2
+    assert "cannot be learned" in capsys.readouterr().err
 
 
 def test_missing_extra_names_it(monkeypatch, tmp_path):
@@ -91,10 +90,10 @@ def test_missing_extra_names_it(monkeypatch, tmp_path):
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: None if name == "tqdm" else real(name, *a),
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
     )
     with pytest.raises(
-        SystemExit, match=r"tqdm.*`train` extra.*named_transformer\[train\]"
+        SystemExit, match=r"matplotlib.*`train` extra.*named_transformer\[train\]"
     ):
         cli.main(["train", "copy", *TINY, "--out", str(tmp_path)])
 
@@ -196,3 +195,90 @@ def test_checkpoints_are_read_with_weights_only(tmp_path, monkeypatch):
     monkeypatch.setattr(training.torch, "load", spy)
     state = training.load_checkpoint(CHECKPOINT_0_1_0)
     assert seen == [True] and state["step"] == 3
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "named_transformer", *argv],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error: " in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["train", "cpy"], "invalid choice: 'cpy'"),
+        (["train", "copy", "--steps", "many"], "invalid int value: 'many'"),
+        (["train", "copy", "--size", "huge"], "invalid choice: 'huge'"),
+        (["decode", "x.pt", "1", "--method", "best"], "invalid choice: 'best'"),
+        (["train", "copy", "--model", "classifier", "--no-figure"],
+         "task 'copy' cannot be learned by a classifier model"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_one_line_on_stderr_and_exit_2(argv, says):
+    assert says in _one_line_error(_cli(*argv))
+
+
+def _rewritten_checkpoint(tmp_path: Path, change) -> Path:
+    state = torch.load(CHECKPOINT_0_1_0, weights_only=True)
+    change(state)
+    torch.save(state, tmp_path / "checkpoint.pt")
+    return tmp_path / "checkpoint.pt"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda s: s["meta"]["spec"].update(task="translate"),
+         "task 'translate', which this version does not know"),
+        (lambda s: s.update(format=9), "was written by a newer named_transformer"),
+        (lambda s: s["meta"]["spec"]["config"].update(layer=64),
+         "its weights do not fit the encoder-decoder model"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_of_another_task_or_version_is_one_line(tmp_path, change, says):
+    path = _rewritten_checkpoint(tmp_path, change)
+    assert says in _one_line_error(_cli("evaluate", str(path), "--no-figure"))
+
+
+def test_decode_warns_about_what_the_model_cannot_read(tmp_path, capsys):
+    checkpoint = str(CHECKPOINT_0_1_0)
+    assert cli.main(["decode", checkpoint, "31x4y1", "--no-figure"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: not in the vocabulary of copy, so dropped: 'x' 'y'" in captured.err
+    assert "the input has 4 tokens but the model was trained on 3 to 5" not in (
+        captured.err
+    )
+    assert cli.main(["decode", checkpoint, "31415926", "--no-figure"]) == 0
+    captured = capsys.readouterr()
+    assert "the input has 8 tokens but the model was trained on 3 to 5" in captured.err
+    assert not list(Path(CHECKPOINT_0_1_0).parent.glob("attention-*.png"))
+
+
+def test_help_shows_the_defaults():
+    text = cli.parser().format_help()
+    train = _cli("train", "--help").stdout
+    assert "train" in text
+    assert "(default: 64)" in train and "(default: sinusoidal)" in train
+    assert "copy       size tiny" in train  # the recipes' table
+    decode = _cli("decode", "--help").stdout
+    assert "beam width (default: 4)" in decode
+
+
+def test_the_default_train_copy_learns_the_task(tmp_path, capsys):
+    """The first command a newcomer runs: the recipe reaches 100% (a step cap, no
+    clock: it stops early once 1,000 validation items are right 3 times in a row)."""
+    out = tmp_path / "copy"
+    argv = ["train", "copy", "--out", str(out), "--no-figure", "--no-progress"]
+    assert cli.main(argv) == 0
+    assert "held-out exact match: 100.0%" in capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["held_out"] == 1.0 and metrics["steps"] < 4000

@@ -245,3 +245,55 @@ def test_a_checkpoint_written_by_version_0_1_0_still_loads_and_computes_the_same
         )
     assert run["spec"]["kind"] == "encoder-decoder" and run["step"] == 3
     torch.testing.assert_close(now, then["log_probs"], rtol=0, atol=1e-6)
+
+
+CTRL_C_SCRIPT = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import test_training
+from test_training import lm_loss, make_trainer
+calls = []
+
+def loss(model, batch):  # Ctrl-C arrives in the middle of step 7
+    calls.append(1)
+    if len(calls) == 7:
+        os.kill(os.getpid(), signal.SIGINT)
+    return lm_loss(model, batch)
+
+test_training.lm_loss = loss
+trainer = make_trainer({directory!r}, eval_every=5)
+trainer.loss = loss
+try:
+    trainer.fit()
+except KeyboardInterrupt as error:
+    print(f"stopped: {{error}}")
+"""
+
+
+def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(tmp_path):
+    script = tmp_path / "ctrl_c.py"
+    directory = tmp_path / "interrupted"
+    tests = str(Path(__file__).parent)
+    script.write_text(CTRL_C_SCRIPT.format(tests=tests, directory=str(directory)))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stopped: training interrupted after step 7" in done.stdout
+    straight = make_trainer(tmp_path / "straight", eval_every=5)
+    straight.fit()
+    resumed = make_trainer(directory, eval_every=5)
+    resumed.load(directory / "checkpoint.pt")
+    assert resumed.step == 7
+    resumed.fit()
+    for key, value in weights(straight.model).items():
+        assert torch.equal(value, resumed.model.state_dict()[key]), key
+
+
+def test_progress_off_a_terminal_is_a_few_lines(capsys):
+    trainer = make_trainer(steps=1000, batch_size=2, log_every=100, progress=True)
+    trainer.fit()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert 10 <= len(lines) < 50, len(lines)
+    assert lines[-1].startswith("step 1000/1000  loss ")
+    assert "\r" not in "".join(lines)

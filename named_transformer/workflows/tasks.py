@@ -156,21 +156,31 @@ def _sentiment(rng, min_len, max_len):
 class TaskInfo:
     """How a task is generated and read.
 
-    Its ``kind`` is ``seq2seq`` or ``classify``; its tokens are joined by ``sep``.
+    Its ``kind`` is ``seq2seq`` or ``classify``; its tokens are joined by ``sep``. A
+    user's text is read as ``digits`` (anything else is dropped; lengths ``min_len`` …
+    ``max_len`` apply), ``characters`` or ``words``; ``start``: the source begins with
+    ``<bos>``.
     """
 
     generate: Callable
     kind: str
     sep: str
+    reads: str
+    start: bool = False
+
+    @property
+    def lengths(self) -> bool:
+        """Whether ``min_len`` and ``max_len`` set the length of a source."""
+        return self.reads == "digits"
 
 
 TASKS: dict[str, TaskInfo] = {
-    "copy": TaskInfo(_copy, "seq2seq", ""),
-    "reverse": TaskInfo(_reverse, "seq2seq", ""),
-    "sort": TaskInfo(_sort, "seq2seq", ""),
-    "histogram": TaskInfo(_histogram, "seq2seq", " "),
-    "dates": TaskInfo(_dates, "seq2seq", ""),
-    "sentiment": TaskInfo(_sentiment, "classify", " "),
+    "copy": TaskInfo(_copy, "seq2seq", "", "digits"),
+    "reverse": TaskInfo(_reverse, "seq2seq", "", "digits"),
+    "sort": TaskInfo(_sort, "seq2seq", "", "digits"),
+    "histogram": TaskInfo(_histogram, "seq2seq", " ", "digits", start=True),
+    "dates": TaskInfo(_dates, "seq2seq", "", "characters"),
+    "sentiment": TaskInfo(_sentiment, "classify", " ", "words"),
 }
 
 
@@ -234,13 +244,13 @@ def tokenize(name: str, text: str) -> tuple[str, ...]:
 
     Digits for the digit tasks, characters for dates, lower-case words for sentiment.
     """
-    _task(name)
-    if name == "dates":
+    info = _task(name)
+    if info.reads == "characters":
         return tuple(text.strip())
-    if name == "sentiment":
+    if info.reads == "words":
         return words(text)
     digits = tuple(c for c in text if c.isdigit())
-    return (START, *digits) if name == "histogram" else digits
+    return (START, *digits) if info.start else digits
 
 
 @checked

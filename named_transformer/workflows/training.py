@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import sys
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Sequence
@@ -157,11 +160,13 @@ def init_distributed() -> tuple[int, int]:
 
 
 class _Progress:
-    """The progress bar (tqdm) while training, or nothing."""
+    """A progress bar (tqdm) on a terminal; on a pipe or in a log, one line every
+    twentieth of the run (and at each evaluation), so logs stay short."""
 
     def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        self.bar = None
-        if not enabled:
+        self.total, self.enabled, self.bar = total, enabled, None
+        self.every = max(total // 20, 1)
+        if not (enabled and sys.stderr.isatty()):
             return
         try:
             from tqdm import tqdm
@@ -172,15 +177,41 @@ class _Progress:
             ) from error
         self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
 
-    def show(self, loss: float, rate: float, metrics: dict[str, float]) -> None:
+    def show(
+        self, step: int, loss: float, rate: float, metrics: dict[str, float]
+    ) -> None:
+        shown = {k: f"{v:.3g}" for k, v in metrics.items()}
         if self.bar is not None:
-            shown = {k: f"{v:.3g}" for k, v in metrics.items()}
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", **shown)
+        elif self.enabled and (metrics or step % self.every == 0 or step == self.total):
+            scores = "".join(f"  {k} {v}" for k, v in shown.items())
+            line = f"step {step}/{self.total}  loss {loss:.3f}  {rate:,.0f} tok/s"
+            print(line + scores, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class _Interrupt:
+    """Ctrl-C while training: finish the step, then stop (a second Ctrl-C stops now)."""
+
+    def __init__(self) -> None:
+        self.requested, self.previous = False, None
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._request)
+        return self
+
+    def _request(self, *_: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self.previous)
+
+    def __exit__(self, *_: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _optimizer(
@@ -292,20 +323,23 @@ class Trainer:
             self.config.steps, self.step, self.config.progress and self.rank == 0
         )
         seen_tokens, started = 0, time.perf_counter()
-        while self.step < until:
-            lr = self.scheduler.get_last_lr()[0]
-            loss, tokens = self.train_step()
-            seen_tokens += tokens
-            rate = seen_tokens / max(time.perf_counter() - started, 1e-9)
-            metrics = self._evaluation() if self._evaluation_due() else {}
-            self._record(loss, lr, rate, metrics)
-            progress.show(loss, rate, metrics)
-            stopping = bool(metrics) and self.stop is not None and self.stop(metrics)
-            if self._checkpoint_due(until, stopping):
-                self.save(self.directory / "checkpoint.pt")
-            if stopping:
-                break
+        with _Interrupt() as interrupt:
+            while self.step < until:
+                lr = self.scheduler.get_last_lr()[0]
+                loss, tokens = self.train_step()
+                seen_tokens += tokens
+                rate = seen_tokens / max(time.perf_counter() - started, 1e-9)
+                metrics = self._evaluation() if self._evaluation_due() else {}
+                self._record(loss, lr, rate, metrics)
+                progress.show(self.step, loss, rate, metrics)
+                stop = bool(metrics) and self.stop is not None and self.stop(metrics)
+                if self._checkpoint_due(until, stop or interrupt.requested):
+                    self.save(self.directory / "checkpoint.pt")
+                if stop or interrupt.requested:
+                    break
         progress.close()
+        if interrupt.requested:  # the checkpoint of this step is saved: --resume
+            raise KeyboardInterrupt(f"training interrupted after step {self.step}")
         return self.history
 
     def _evaluation_due(self) -> bool:
@@ -348,6 +382,7 @@ class Trainer:
             "meta": self.meta,
             "history": [asdict(r) for r in self.history],
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+            "format": CHECKPOINT_FORMAT,
         }
 
     def save(self, path: str | Path) -> None:
@@ -379,8 +414,10 @@ class CheckpointError(ValueError):
     """A file that is missing, not a checkpoint, or a checkpoint this code can't use."""
 
 
-# What Trainer.save writes; a file without them is some other torch file.
+# What Trainer.save writes; a file without them is some other torch file. The format
+# number changes when a checkpoint's layout does (0.1.0's checkpoints have none: 1).
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "step", "meta", "history", "rng")
+CHECKPOINT_FORMAT = 1
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -411,5 +448,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is a torch file but not a named_transformer checkpoint "
             f"(it has no {', '.join(repr(k) for k in missing)})"
+        )
+    if state.get("format", 1) > CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{path} was written by a newer named_transformer (checkpoint format "
+            f"{state['format']}; this version reads up to {CHECKPOINT_FORMAT})"
         )
     return state
