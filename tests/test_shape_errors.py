@@ -235,3 +235,50 @@ def test_a_token_id_outside_the_vocabulary_is_named():
         embedding(torch.tensor([[-1, 2]]))
     with nt.shape_checks(False):  # no check, no host sync: what compiled code runs
         assert embedding(torch.tensor([[1, 2]])).shape == (1, 2, LAYER)
+
+
+_CONFIG = nt.TransformerConfig(
+    encoder_layers=1, decoder_layers=1, layer=LAYER, heads=2, hidden=HIDDEN,
+    dropout=0.0,
+)  # fmt: skip
+_WIDE = r(B, SEQ, LAYER + 1)  # inputs one wider than the modules' layer axis
+_TOKENS = torch.randint(0, 11, (B, SEQ))
+MODULE_CASES = {
+    "MultiHeadAttention": (lambda: nt.MultiHeadAttention(LAYER, 2)(_WIDE),
+                           "axis 'layer'", "'inputs'"),
+    "RelativeMultiHeadAttention": (
+        lambda: nt.RelativeMultiHeadAttention(LAYER, 2, 4)(_WIDE),
+        "axis 'layer'", "'inputs'"),
+    "FeedForward": (lambda: nt.FeedForward(LAYER, HIDDEN)(_WIDE),
+                    "axis 'layer'", "'inputs'"),
+    "LayerNorm": (lambda: nt.LayerNorm(LAYER)(_WIDE), "axis 'layer'", "'inputs'"),
+    "EncoderLayer": (lambda: nt.EncoderLayer(LAYER, 2, HIDDEN)(_WIDE),
+                     "axis 'layer'", "'inputs'"),
+    "DecoderLayer": (
+        lambda: nt.DecoderLayer(LAYER, 2, HIDDEN)(_WIDE, r(B, SEQ_Q, LAYER)),
+        "axis 'layer'", "'inputs'"),
+    "Transformer": (
+        lambda: nt.Transformer(11, 13, _CONFIG)(
+            _TOKENS, _TOKENS, torch.ones(B, 1, SEQ + 1, dtype=torch.bool)),
+        "axis 'seq'", "'source_mask'"),
+    "TransformerClassifier": (
+        lambda: nt.TransformerClassifier(11, 2, num_layers=1, layer=LAYER, heads=2,
+                                         hidden=HIDDEN)(
+            _TOKENS, torch.ones(B, SEQ + 1, dtype=torch.bool)),
+        "axis 'seq'", "'mask'"),
+    "GRUCell": (lambda: nt.GRUCell(LAYER, 6)(r(B, LAYER + 1), r(B, 6)),
+                "axis 'input'", "'inputs'"),
+    "Generator": (lambda: nt.Generator(LAYER, 11)(_WIDE), "axis 'layer'", "'inputs'"),
+    "TokenEmbedding": (lambda: nt.TokenEmbedding(11, LAYER)(r(B, SEQ)),
+                       "argument 'tokens' has dtype", "'tokens'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(MODULE_CASES))
+def test_each_module_kind_names_the_input_that_is_wrong(name):
+    call, summary, argument = MODULE_CASES[name]
+    with pytest.raises(TypeCheckError) as error:
+        call()
+    first = str(error.value).splitlines()[0]
+    blamed = first.rsplit(" but ", 1)[-1]  # the argument that disagrees comes last
+    assert first.startswith(summary) and argument in blamed, first
