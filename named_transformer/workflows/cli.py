@@ -191,7 +191,7 @@ def _decode(args: argparse.Namespace) -> int:
     task = run["spec"]["task"]
     source = read_input(task, args.input, run["vocabulary"], run["data"])
     if not [t for t in source if t != "<bos>"]:
-        raise SystemExit(f"error: {args.input!r} has no tokens for task {task!r}")
+        raise ValueError(f"{args.input!r} has no tokens for task {task!r}")
     (output,) = decode_examples(
         run["model"], run["spec"], run["vocabulary"], [source], method=args.method,
         width=args.width, alpha=args.alpha, temperature=args.temperature,

@@ -437,7 +437,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises pickle, zip and runtime errors alike
         why = (
-            "it asks to unpickle objects"
+            "it holds pickled objects, which could run code"
             if "Weights only" in str(error)
             else (str(error).strip() or type(error).__name__).splitlines()[0][:160]
         )
