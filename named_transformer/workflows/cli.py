@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 import torch
 
 from named_transformer.axes import shape_checks
-from named_transformer.workflows.data import Vocabulary
+from named_transformer.workflows.data import START, Vocabulary
 from named_transformer.workflows.runner import KINDS, PAPER, RECIPES, SIZES
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
 from named_transformer.workflows.training import CheckpointError
@@ -173,9 +173,9 @@ def read_input(
         fate = "dropped" if reads == "digits" else "read as <unk>"
         print(f"warning: not in the vocabulary of {task}, so {fate}: "
               f"{' '.join(map(repr, unknown))}", file=sys.stderr)  # fmt: skip
-    length = len([t for t in tokens if t not in ("<bos>",)])
+    length = sum(t != START for t in tokens)
     low, high = trained["min_len"], trained["max_len"]
-    if TASKS[task].lengths and tokens and not low <= length <= high:
+    if TASKS[task].lengths and length and not low <= length <= high:
         print(
             f"warning: the input has {length} tokens but the model was trained on "
             f"{low} to {high}; expect mistakes outside that range",
@@ -190,7 +190,7 @@ def _decode(args: argparse.Namespace) -> int:
     run = load_run(args.checkpoint)
     task = run["spec"]["task"]
     source = read_input(task, args.input, run["vocabulary"], run["data"])
-    if not [t for t in source if t != "<bos>"]:
+    if not any(t != START for t in source):
         raise ValueError(f"{args.input!r} has no tokens for task {task!r}")
     (output,) = decode_examples(
         run["model"], run["spec"], run["vocabulary"], [source], method=args.method,
