@@ -55,7 +55,7 @@ def attention_vs_sdpa(quick: bool) -> str:
 
 
 def score_zoo(quick: bool) -> str:
-    """2. Dot vs scaled dot vs general vs additive scores at equal sizes (seed 02)."""
+    """2. Dot vs scaled dot vs general vs additive scores at equal sizes (Chai)."""
     batch, seq, key, hidden = (2, 64, 32, 32) if quick else (8, 256, 64, 64)
     q, k = torch.randn(batch, seq, key), torch.randn(batch, seq, key)
     w, w1, w2, v = (

@@ -64,9 +64,7 @@ AXES: dict[str, Axis] = {
     "distance": Axis(
         r"\mathsf{distance}", "clipped relative distance, 2k+1 entries (Shaw et al.)"
     ),
-    "qkv": Axis(
-        r"\mathsf{qkv}", "rows of seed 04's stacked W_qkv (q, k, v of all heads)"
-    ),
+    "qkv": Axis(r"\mathsf{qkv}", "rows of the stacked W_qkv (q, k, v of all heads)"),
     "gates": Axis(
         r"\mathsf{gates}", "stacked gates of a GRU (r, z, n) or an LSTM (i, f, g, o)"
     ),

@@ -62,22 +62,29 @@ def attention_heatmap(
     vmax: float = 1.0,
     cmap: str = "viridis",
     colorbar: bool = True,
+    colorbar_label: str = "attention weight",
+    fmt: str = ".2f",
 ) -> Any:
     r"""Draw attention weights $A \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq}}$ as
     a heatmap.
 
-    Rows are queries ($\mathsf{seq'}$), columns are keys ($\mathsf{seq}$), labelled with
-    the tokens when given; ``annotate`` writes each weight in its cell. A boolean mask
-    draws the same way after ``mask.float()``.
+    Rows are queries ($\mathsf{seq'}$, axis label ``seq_q (queries)``), columns are
+    keys ($\mathsf{seq}$, ``seq (keys)``), ticked with the tokens when given.
+    ``annotate`` writes each weight in its cell (format ``fmt``). ``colorbar`` adds a
+    colour bar from ``vmin`` to ``vmax``, labelled ``colorbar_label``; for a grid of
+    panels on one scale, turn it off and draw one shared bar
+    (``fig.colorbar(ax.images[0], ax=axes)``). A boolean mask draws the same way after
+    ``mask.float()``.
     """
     ax = _axes(ax, (0.6 * weights.shape[1] + 2.0, 0.5 * weights.shape[0] + 1.2))
     grid = _numbers(weights)
     image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(grid.shape[1]), key_labels or range(grid.shape[1]))
     ax.set_yticks(range(grid.shape[0]), query_labels or range(grid.shape[0]))
-    ax.tick_params(axis="x", labelrotation=45 if key_labels else 0)
-    ax.set_xlabel("key position (seq)")
-    ax.set_ylabel("query position (seq_q)")
+    long_keys = bool(key_labels) and max(len(str(k)) for k in key_labels) > 2
+    ax.tick_params(axis="x", labelrotation=45 if long_keys else 0)
+    ax.set_xlabel("seq (keys)")
+    ax.set_ylabel("seq_q (queries)")
     if annotate:
         middle = (vmin + vmax) / 2
         for row in range(grid.shape[0]):
@@ -87,7 +94,7 @@ def attention_heatmap(
                 ax.text(
                     column,
                     row,
-                    f"{value:.2f}",
+                    format(value, fmt),
                     ha="center",
                     va="center",
                     color=colour,
@@ -96,7 +103,7 @@ def attention_heatmap(
     if title:
         ax.set_title(title)
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, shrink=0.8)
+        ax.figure.colorbar(image, ax=ax, shrink=0.8, label=colorbar_label)
     return ax
 
 

@@ -1,5 +1,5 @@
-"""Attention against torch's scaled_dot_product_attention, plus the seeds'
-properties."""
+"""Attention against torch's scaled_dot_product_attention, plus the properties the
+course texts claim."""
 
 import pytest
 import torch
@@ -110,12 +110,10 @@ def test_gradcheck_basic_self_attention():
     assert torch.autograd.gradcheck(nt.basic_self_attention, (x,))
 
 
-def test_basic_self_attention_matches_seed_01():
+def test_basic_self_attention_matches_bloem():
     x = torch.randn(SEQ, KEY)
-    seed_01 = (
-        torch.softmax(x @ x.T, dim=-1) @ x
-    )  # seed 01's basic_attention, written raw
-    torch.testing.assert_close(nt.basic_self_attention(x), seed_01)
+    bloem = torch.softmax(x @ x.T, dim=-1) @ x  # Bloem's basic_attention, written raw
+    torch.testing.assert_close(nt.basic_self_attention(x), bloem)
 
 
 @given(seed=st.integers(0, 10_000))

@@ -43,7 +43,7 @@ def test_layer_norm_module_equals_torch():
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_feed_forward_is_a_kernel_size_1_convolution(activation):
-    """Seed 04's "1D-convolution": the same network at every position."""
+    """The NYU notes' "1D-convolution": the same network at every position."""
     ours = FeedForward(LAYER, HIDDEN, activation=activation).double()
     conv1 = nn.Conv1d(LAYER, HIDDEN, kernel_size=1).double()
     conv2 = nn.Conv1d(HIDDEN, LAYER, kernel_size=1).double()

@@ -1,5 +1,4 @@
-"""The project's code conventions, read from the package's AST (DESIGN.md,
-"Conventions").
+"""The project's code conventions, read from the package's AST.
 
 Axes move through einops only; every public function and ``forward`` that touches a
 tensor carries jaxtyping annotations and is ``@checked``; every axis name is in the

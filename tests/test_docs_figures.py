@@ -1,11 +1,13 @@
 """The figure script runs in quick mode; every figure a page links is committed.
 
 Figures of long runs (training curves, alignments) may come from their own scripts under
-docs/scripts/; they are committed like the rest and checked by the second test.
+docs/scripts/; they are committed like the rest, and every image a page shows must be
+one that a script under docs/scripts/ writes.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from pathlib import Path
@@ -15,8 +17,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SCRIPT = DOCS / "scripts" / "make_figures.py"
+SCRIPTS = DOCS / "scripts"
+SCRIPT = SCRIPTS / "make_figures.py"
+REGISTRIES = ("EXPERIMENTS", "FIGURE_MAKERS")  # names of what a docs script draws
 FIGURE_LINK = re.compile(r"\]\((?:\.\./)*figures/(?P<name>[\w./-]+?)\.(?:png|svg)\)")
+# every image a page shows: Markdown links (an optional title after the path) and <img>
+IMAGE_LINK = re.compile(
+    r"!\[[^\]]*\]\(\s*<?(?P<md>[^)\s>]+\.(?:png|svg))"
+    r"|<img\b[^>]*?\bsrc=[\"'](?P<html>[^\"']+\.(?:png|svg))",
+    re.IGNORECASE,
+)
 
 
 def linked_figures() -> set[str]:
@@ -27,11 +37,62 @@ def linked_figures() -> set[str]:
     }
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("make_figures", SCRIPT)
+def load_script(path: Path = SCRIPT):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def shown_images() -> dict[Path, list[str]]:
+    """Each image file the site's pages show, with the pages that show it."""
+    shown: dict[Path, list[str]] = {}
+    for page in DOCS.rglob("*.md"):
+        if page.is_relative_to(SCRIPTS):  # tables the pages include, not pages
+            continue
+        for match in IMAGE_LINK.finditer(page.read_text()):
+            target = match["md"] or match["html"]
+            if "://" in target:
+                continue
+            path = (page.parent / target).resolve()
+            shown.setdefault(path, []).append(page.relative_to(DOCS).as_posix())
+    return shown
+
+
+def script_outputs() -> set[str]:
+    """The file names (or stems) the docs scripts write: their string literals, the
+    names of their ``EXPERIMENTS`` and ``FIGURE_MAKERS`` registries, and each f-string
+    with a literal prefix (``f"attention-{n}.png"``) filled with every name of its own
+    script's registries."""
+    outputs: set[str] = set()
+    for script in sorted(SCRIPTS.glob("*.py")):
+        tree = ast.parse(script.read_text())
+        templates, in_fstrings = [], set()  # (prefix, suffix) around one placeholder
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                in_fstrings.update(id(part) for part in node.values)
+                texts = [
+                    p.value if isinstance(p, ast.Constant) else None
+                    for p in node.values
+                ]
+                # one placeholder after a literal prefix: f"{name}.png" is no template
+                if texts[0] and texts[1:2] == [None] and None not in texts[2:]:
+                    templates.append((texts[0], "".join(texts[2:])))
+        outputs |= {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in in_fstrings
+        }
+        source = script.read_text()
+        if not any(f"{name}: dict" in source for name in REGISTRIES):
+            continue
+        module = load_script(script)
+        registered = {n for r in REGISTRIES for n in getattr(module, r, {})}
+        outputs |= registered
+        outputs |= {p + name + s for p, s in templates for name in registered}
+    return outputs
 
 
 def test_quick_mode_draws_every_figure(tmp_path: Path) -> None:
@@ -54,6 +115,31 @@ def test_linked_figures_are_committed() -> None:
     )
 
 
+def test_shown_images_are_committed_and_drawn_by_a_script() -> None:
+    """Every image a page shows is under docs/figures/ and written by a docs script."""
+    pytest.importorskip("matplotlib", reason="matplotlib is in the docs extra")
+    figures = (DOCS / "figures").resolve()
+    shown = shown_images()
+    assert shown, "no page shows an image: the link pattern is out of date"
+    outside = {
+        str(path): pages
+        for path, pages in shown.items()
+        if not (path.is_relative_to(figures) and path.is_file())
+    }
+    assert not outside, f"images missing or outside docs/figures/: {outside}"
+    outputs = script_outputs()
+    orphans = {
+        path.relative_to(figures).as_posix(): pages
+        for path, pages in shown.items()
+        if path.name not in outputs and path.stem not in outputs
+    }
+    assert not orphans, (
+        f"pages show figures that no script under docs/scripts/ writes: {orphans}; "
+        "draw every figure with a script (make_figures.py's FIGURE_MAKERS, or the "
+        "experiment's own script)"
+    )
+
+
 def test_plot_functions_check_shapes() -> None:
     pytest.importorskip("matplotlib", reason="matplotlib is in the docs extra")
     import matplotlib
@@ -65,6 +151,11 @@ def test_plot_functions_check_shapes() -> None:
 
     ax = plot.attention_heatmap(torch.rand(3, 5), ["a", "b", "c"], list("vwxyz"))
     assert len(ax.texts) == 15  # one annotation per weight
+    # the axes named in the library's vocabulary, the tokens as ticks, a colour bar
+    assert (ax.get_ylabel(), ax.get_xlabel()) == ("seq_q (queries)", "seq (keys)")
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("vwxyz")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert len(ax.figure.axes) == 2  # the heatmap and its colour bar
     ax = plot.line_plot([1, 2, 3], {"a": torch.tensor([1.0, 2.0, 3.0]), "b": [3, 2, 1]})
     assert len(ax.lines) == 2
     ax = plot.table_heatmap(torch.randn(4, 6))

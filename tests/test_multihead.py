@@ -1,5 +1,5 @@
-"""Multi-head attention: equal to nn.MultiheadAttention, to a per-head loop, to seed
-04's W_qkv."""
+"""Multi-head attention: equal to nn.MultiheadAttention, to a per-head loop, to the NYU
+notes' stacked W_qkv."""
 
 import math
 
@@ -131,7 +131,7 @@ def test_functional_gradcheck():
 
 
 def reference_loop(inputs, memory, m: MultiHeadAttention, mask=None):
-    """Seed 01's equations, one head at a time, with the paper's softmax and scaling."""
+    """Bloem's equations, one head at a time, with the paper's softmax and scaling."""
     heads = []
     for h in range(m.heads):
         q = inputs @ m.w_q[h] + m.b_q[h]
@@ -185,7 +185,7 @@ def test_narrow_heads_need_a_divisible_width():
     assert MultiHeadAttention(10, 3, key=4).key == 4
 
 
-def test_seed_04_stacked_w_qkv_is_the_same_computation():
+def test_nyu_stacked_w_qkv_is_the_same_computation():
     m = MultiHeadAttention(LAYER, HEADS)
     inputs = torch.randn(B, SEQ, LAYER)
     w_qkv = stack_qkv(m.w_q, m.w_k, m.w_v)
@@ -372,7 +372,7 @@ def test_merge_heads_is_concatenate_then_linear_and_names_a_wrong_size():
     )  # batch heads seq_q val
     concatenated = heads_out.permute(0, 2, 1, 3).reshape(
         2, 5, 12
-    )  # seeds 01/04: [head_1; ...; head_h]
+    )  # Bloem, NYU notes: [head_1; ...; head_h]
     expected = concatenated @ w_o.reshape(12, 6) + b_o
     torch.testing.assert_close(merge_heads(heads_out, w_o, b_o), expected)
     with pytest.raises(TypeCheckError, match="parameter 'w_o'"):

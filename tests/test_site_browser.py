@@ -5,9 +5,13 @@ The site is the one CI built (``NT_SITE_DIR``, set by ``.ci/run`` after
 directory once per test session. Each page is served from 127.0.0.1; every request to
 any other host is blocked and recorded. Per page the test asserts: no external request,
 no console error, math rendered by KaTeX (no ``.katex-error``, no raw TeX left in the
-page text outside code, navigation included), and on concept pages (``learn/``,
+page text outside code, navigation included), on concept pages (``learn/``,
 ``models/``, not a section's index) at least one code block whose lines come from the
-package's own source.
+package's own source, and a layout that fits: at 1280x800 and at 1600x900 (the same
+loaded page, resized) no code block, table, display equation or image in the article
+needs a horizontal scroll bar, and a code block whose lines are at most 88 columns (the
+package's line length) fits without wrapping. At phone width (390x844) a few pages are
+checked for a working navigation drawer and body text that wraps.
 
 Uses Debian's ``/usr/bin/chromium`` (``.ci/run`` installs it); never
 ``playwright install``.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -28,12 +33,26 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+try:
+    from playwright.sync_api import TimeoutError as TIMEOUT
+except ImportError:  # the browser fixture skips every test that would need it
+    TIMEOUT = TimeoutError
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "named_transformer"
 CHROMIUM = Path("/usr/bin/chromium")
 CONCEPT_DIRS = ("learn/", "models/")
-RAW_TEX = ("$$", "\\(", "\\[", "\\ndot", "\\nfun", "\\mathsf", "\\frac")
+# TeX that KaTeX never rendered, in the page text outside code: a delimiter (\( \) \[ \]
+# from arithmatex, $$), a command (\mathsf, \frac, the site's \ndot, \nfun), or a $x$.
+RAW_TEX = re.compile(
+    r"\$\$|\\[()\[\]]|\\[A-Za-z]{2,}|\$[^\s$](?:[^$\n]{0,200}[^\s$])?\$"
+)
+# Window sizes at which nothing in the article may need a horizontal scroll bar.
+DESKTOP = ((1280, 800), (1600, 900))
+PHONE = (390, 844)
+PHONE_PAGES = ("learn/basic-self-attention/", "workflows/training/")
+SOURCE_COLUMNS = 88  # ruff's line length: such a line must fit a code block unwrapped
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -127,9 +146,8 @@ def server(site_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def browser_context() -> Iterator[object]:
-    """One Chromium and one browser context for the session; each test opens its own
-    page."""
+def browser() -> Iterator[object]:
+    """One Chromium for the session."""
     if not CHROMIUM.is_file():
         pytest.skip(
             "Debian chromium is not installed at /usr/bin/chromium "
@@ -139,13 +157,147 @@ def browser_context() -> Iterator[object]:
         "playwright.sync_api", reason="playwright (test extra) missing"
     )
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
+        chromium = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
         )
-        context = browser.new_context(service_workers="block")
-        yield context
-        context.close()
-        browser.close()
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
+def browser_context(browser) -> Iterator[object]:
+    """The desktop context, a window of the first size in ``DESKTOP``; each test opens
+    its own page."""
+    width, height = DESKTOP[0]
+    context = browser.new_context(
+        service_workers="block", viewport={"width": width, "height": height}
+    )
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def phone_context(browser) -> Iterator[object]:
+    """A phone: narrow viewport, touch, and the page's meta viewport honoured."""
+    width, height = PHONE
+    context = browser.new_context(
+        service_workers="block",
+        viewport={"width": width, "height": height},
+        is_mobile=True,
+        has_touch=True,
+    )
+    yield context
+    context.close()
+
+
+def open_page(context, external: list[str], errors: list[str]):
+    """A new page whose requests off the loopback are blocked and recorded in
+    ``external``, and whose console errors and uncaught exceptions go to ``errors``."""
+
+    def route(route_) -> None:
+        host = urlparse(route_.request.url).hostname or ""
+        if route_.request.url.startswith(("data:", "blob:")) or host in LOOPBACK:
+            route_.continue_()
+        else:
+            external.append(route_.request.url)
+            route_.abort()
+
+    page = context.new_page()
+    page.route("**/*", route)
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    return page
+
+
+def load(page, url: str, has_math: bool) -> None:
+    """Open ``url`` and wait until KaTeX has rendered the page and the network is
+    idle."""
+    response = page.goto(url, wait_until="load")
+    assert response is not None and response.ok, (
+        f"{url}: HTTP {response and response.status}"
+    )
+    if has_math:
+        page.wait_for_function(
+            "document.documentElement.dataset.mathRendered === 'true'",
+            timeout=10_000,
+        )
+    page.wait_for_load_state("networkidle")  # requests made after load are recorded too
+
+
+# Every code block, table, display equation and image of the article, with each of its
+# ancestors inside the article that would scroll sideways (overflow-x auto or scroll:
+# pre > code, Material's .md-typeset__scrollwrap around a table, the div.arithmatex
+# around a display): any of them wider inside than outside needs a scroll bar. A code
+# block whose lines all fit SOURCE_COLUMNS must also fit with wrapping switched off
+# (extra.css wraps longer lines where 88 columns fit).
+LAYOUT_JS = """(columns) => {
+  const article = document.querySelector("article") ||
+                  document.querySelector(".md-content");
+  // Collapsed blocks (the API pages' "Source code in ...") are measured open.
+  article.querySelectorAll("details").forEach((details) => { details.open = true; });
+  const bounds = article.getBoundingClientRect();
+  const found = [];
+  const clip = (text) => (text || "").replace(/\\s+/g, " ").trim().slice(0, 70);
+  const overflows = (box) => box.scrollWidth > box.clientWidth + 1;
+  const scrollers = (element) => {
+    const boxes = [];
+    for (let e = element; e && e !== article; e = e.parentElement) {
+      const overflow = getComputedStyle(e).overflowX;
+      if (e === element || overflow === "auto" || overflow === "scroll") boxes.push(e);
+    }
+    return boxes;
+  };
+  const check = (kind, element, text) => {
+    for (const box of scrollers(element)) {
+      if (overflows(box)) {
+        found.push({kind, text: clip(text), need: box.scrollWidth,
+                    have: box.clientWidth});
+        return;
+      }
+    }
+  };
+  const tex = (display) => {
+    const annotation = display.querySelector("annotation");
+    return annotation ? annotation.textContent : display.textContent;
+  };
+  article.querySelectorAll("pre").forEach((pre) => {
+    const code = pre.querySelector("code") || pre;
+    check("code block", code, code.textContent);
+    const lines = code.textContent.split("\\n");
+    if (Math.max(...lines.map((line) => line.length)) <= columns) {
+      code.style.whiteSpace = "pre";
+      if (overflows(code)) {
+        found.push({kind: `code block of <= ${columns} columns, unwrapped`,
+                    text: clip(code.textContent), need: code.scrollWidth,
+                    have: code.clientWidth});
+      }
+      code.style.whiteSpace = "";
+    }
+  });
+  article.querySelectorAll("table").forEach((table) =>
+    check("table", table, table.textContent));
+  article.querySelectorAll(".katex-display").forEach((display) =>
+    check("display equation", display, tex(display)));
+  article.querySelectorAll("img").forEach((img) => {
+    const box = img.getBoundingClientRect();
+    if (box.width && (box.left < bounds.left - 1 || box.right > bounds.right + 1)) {
+      found.push({kind: "image", text: img.getAttribute("src"),
+                  need: Math.round(box.width), have: Math.round(bounds.width)});
+    }
+    check("image", img, img.getAttribute("src"));
+  });
+  return found;
+}"""
+
+
+def layout_problems(page, path: str, size: tuple[int, int]) -> list[str]:
+    """What in the page, at this window size, needs a horizontal scroll bar."""
+    found = page.evaluate(LAYOUT_JS, SOURCE_COLUMNS)
+    return [
+        f"{path or 'home'} at {size[0]}x{size[1]}: {f['kind']} needs {f['need']} px, "
+        f"has {f['have']} px: {f['text']!r}"
+        for f in found
+    ]
 
 
 def test_every_built_page_is_tested(site_dir: Path) -> None:
@@ -212,36 +364,15 @@ def test_internal_links_and_anchors_resolve(site_dir: Path) -> None:
 def test_page_renders_offline(
     path: str, server: str, browser_context, site_dir: Path
 ) -> None:
+    """Renders offline with its math, and fits at each size in ``DESKTOP``: the page is
+    loaded once, at the first size, and resized (no reload) to the others."""
     external: list[str] = []
     errors: list[str] = []
-
-    def route(route_) -> None:
-        host = urlparse(route_.request.url).hostname or ""
-        if route_.request.url.startswith(("data:", "blob:")) or host in LOOPBACK:
-            route_.continue_()
-        else:
-            external.append(route_.request.url)
-            route_.abort()
-
-    page = browser_context.new_page()
-    page.route("**/*", route)
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    misfits: list[str] = []
+    page = open_page(browser_context, external, errors)
     try:
-        response = page.goto(server + path, wait_until="load")
-        assert response is not None and response.ok, (
-            f"{path}: HTTP {response and response.status}"
-        )
-        html = (site_dir / path / "index.html").read_text()
-        has_math = 'class="arithmatex"' in html
-        if has_math:
-            page.wait_for_function(
-                "document.documentElement.dataset.mathRendered === 'true'",
-                timeout=10_000,
-            )
-        page.wait_for_load_state(
-            "networkidle"
-        )  # requests made after load are recorded too
+        has_math = 'class="arithmatex"' in (site_dir / path / "index.html").read_text()
+        load(page, server + path, has_math)
         report = page.evaluate(
             """() => {
               const article = document.querySelector("article");
@@ -262,6 +393,11 @@ def test_page_renders_offline(
               };
             }"""
         )
+        for width, height in DESKTOP:
+            if (width, height) != DESKTOP[0]:
+                page.set_viewport_size({"width": width, "height": height})
+                page.wait_for_function(f"window.innerWidth === {width}")
+            misfits += layout_problems(page, path, (width, height))
     finally:
         page.close()
 
@@ -272,11 +408,11 @@ def test_page_renders_offline(
         assert report["katex"] > 0 and report["unrendered"] == 0, (
             f"{path}: math not rendered"
         )
-    raw = [token for token in RAW_TEX if token in report["text"]]
-    context_of = {
-        t: report["text"][max(0, report["text"].find(t) - 60) :][:120] for t in raw
-    }
-    assert not raw, f"{path}: raw TeX in the page text: {context_of}"
+    raw = [
+        report["text"][max(0, m.start() - 50) : m.end() + 50]
+        for m in RAW_TEX.finditer(report["text"])
+    ]
+    assert not raw, f"{path}: raw TeX in the page text: {raw[:5]}"
     if (
         path.startswith(CONCEPT_DIRS) and path not in CONCEPT_DIRS
     ):  # a section index is not
@@ -289,3 +425,71 @@ def test_page_renders_offline(
         assert included, (
             f"{path}: a concept page shows no code included from named_transformer/"
         )
+    assert not misfits, (
+        "needs a horizontal scroll bar (break the equation, shorten the table, "
+        "or see docs/stylesheets/extra.css):\n" + "\n".join(misfits)
+    )
+
+
+@pytest.mark.parametrize("path", PHONE_PAGES)
+def test_phone_width(path: str, server: str, phone_context, site_dir: Path) -> None:
+    """At 390x844 the hamburger opens the navigation drawer, and the page itself never
+    scrolls sideways: body text wraps (a code block or an equation may scroll in its
+    own box)."""
+    external: list[str] = []
+    errors: list[str] = []
+    page = open_page(phone_context, external, errors)
+    try:
+        has_math = 'class="arithmatex"' in (site_dir / path / "index.html").read_text()
+        load(page, server + path, has_math)
+        widths = page.evaluate(
+            """() => {
+              const root = document.documentElement;
+              const wide = Array.from(
+                document.querySelectorAll("article p, article li, article h1, "
+                                          + "article h2, article h3"))
+                .filter(e => e.getBoundingClientRect().right > root.clientWidth + 1)
+                .map(e => e.textContent.replace(/\\s+/g, " ").trim().slice(0, 70));
+              return {scroll: root.scrollWidth, body: document.body.scrollWidth,
+                      client: root.clientWidth, wide};
+            }"""
+        )
+        drawer = page.locator(".md-sidebar--primary")
+        link = page.locator(".md-sidebar--primary .md-nav__link").first
+        closed = drawer.bounding_box()
+        page.locator('.md-header label[for="__drawer"]').click()
+        try:  # Material slides the drawer in over 250 ms
+            page.wait_for_function(
+                """() => {
+                  const box = document.querySelector(".md-sidebar--primary")
+                                      .getBoundingClientRect();
+                  return document.getElementById("__drawer").checked
+                         && box.left >= -1 && box.right <= window.innerWidth + 1;
+                }""",
+                timeout=5_000,
+            )
+            opened = True
+        except TIMEOUT:
+            opened = False
+        link_visible = link.is_visible()
+        link_box = link.bounding_box()
+    finally:
+        page.close()
+
+    assert not external, f"{path}: requests left the site: {external}"
+    assert not errors, f"{path}: console errors: {errors}"
+    assert widths["client"] == PHONE[0], widths
+    assert max(widths["scroll"], widths["body"]) <= widths["client"] + 1, (
+        f"{path} at {PHONE[0]}x{PHONE[1]}: the page scrolls sideways: {widths}"
+    )
+    assert not widths["wide"], (
+        f"{path} at {PHONE[0]}x{PHONE[1]}: text wider than the screen: {widths['wide']}"
+    )
+    assert closed is None or closed["x"] + closed["width"] <= 1, (
+        f"{path}: the navigation drawer is open before the hamburger is clicked"
+    )
+    assert opened, f"{path}: the hamburger did not slide the navigation drawer in"
+    assert link_visible and link_box is not None, f"{path}: drawer opened empty"
+    assert 0 <= link_box["x"] and link_box["x"] + link_box["width"] <= PHONE[0] + 1, (
+        f"{path}: the drawer's first link is off screen: {link_box}"
+    )

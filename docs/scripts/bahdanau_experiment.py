@@ -4,6 +4,8 @@
     nice python docs/scripts/bahdanau_experiment.py
     # seconds (CI smoke run)
     python docs/scripts/bahdanau_experiment.py --quick --out /tmp/b
+    # redraw the curves and the table from bahdanau-results.json (no training)
+    python docs/scripts/bahdanau_experiment.py --redraw
 
 Three models of (nearly) the same size are trained with the same budget — the same
 batches, in the same order, for the same number of updates — on the ``copy`` task of
@@ -20,7 +22,9 @@ the whole output, ``<eos>`` included). A smaller attention model is then trained
 ``dates`` task and its alignment matrices $\\alpha$ are drawn. Everything is written to
 ``docs/figures/bahdanau-*`` (``--out`` elsewhere): the figures,
 ``bahdanau-results.json`` and ``bahdanau-table.txt`` (the Markdown table the docs page
-includes).
+includes). ``--redraw`` reads ``bahdanau-results.json`` back and redraws what it holds
+(the length curves, the loss curves when the run saved them, the table); the alignment
+figures need the trained models, so only a full run redraws them.
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ QUICK = dict(
     dates_steps=1, dates_hidden=8, dates_layer=8, dpi=30,
 )  # fmt: skip
 MODELS = ("attention", "fixed context", "fixed context, reversed source")
+# one colour per model in every figure of the page (those of the first loss figure)
+MODEL_COLOURS = {
+    "attention": "C2",
+    "fixed context": "C0",
+    "fixed context, reversed source": "C1",
+}
 
 
 def parameters(model: torch.nn.Module) -> int:
@@ -223,6 +233,7 @@ def length_figure(results: dict, path: Path, dpi: int) -> None:
         lengths,
         curves,
         markers=True,
+        styles={name: {"color": MODEL_COLOURS[name]} for name in curves},
         xlabel="source length (digits)",
         ylabel="exact match (greedy)",
         title="Copying digit strings: attention vs a fixed-length context",
@@ -246,6 +257,7 @@ def loss_figure(histories: dict[str, list[float]], path: Path, dpi: int) -> None
             {name: smooth},
             ax=ax,
             logy=True,
+            styles={name: {"color": MODEL_COLOURS[name]}},
             xlabel="update",
             ylabel="cross-entropy (nats)",
             title=f"Training loss (mean of the last {window} updates)",
@@ -262,10 +274,12 @@ def alignment_figure(
     model.eval()
     tokens, weights = decode(model, batch)
     rows = (len(examples) + columns - 1) // columns
+    longest = max(int(weights.shape[1]), max(len(e.source) for e in examples))
+    panel = max(3.6, 0.17 * longest + 1.2)  # ≥ 0.17 in a token: labels never overlap
     fig, axes = plt.subplots(
         rows,
         columns,
-        figsize=(5.2 * columns, 4.0 * rows),
+        figsize=(min(panel * columns + 1.0, 10.0), panel * rows * 0.85 + 0.4),
         layout="constrained",
         squeeze=False,
     )
@@ -284,14 +298,36 @@ def alignment_figure(
             title="".join(source),
         )
         ax.tick_params(axis="x", labelrotation=0)
-        ax.set_xlabel("source position j")
-        ax.set_ylabel("output position i")
+        ax.tick_params(labelsize=8)
+        ax.set_xlabel("seq (source position j)")
+        ax.set_ylabel("seq_q (output position i)")
     for j in range(len(examples), rows * columns):
         axes[j // columns][j % columns].axis("off")
+    fig.colorbar(
+        axes[0][0].images[0], ax=axes.ravel().tolist(), shrink=0.8, label="α (weight)"
+    )
     fig.suptitle(title)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     model.train()
+
+
+def redraw(out: Path) -> None:
+    """Redraw the figures and the table that ``bahdanau-results.json`` holds enough
+    for."""
+    results = json.loads((out / "bahdanau-results.json").read_text())
+    cfg = results["config"]
+    length_figure(results, out / "bahdanau-length.png", cfg["dpi"])
+    print(out / "bahdanau-length.png")
+    histories = {n: r["losses"] for n, r in results["models"].items() if "losses" in r}
+    if len(histories) == len(results["models"]):
+        loss_figure(histories, out / "bahdanau-loss.png", cfg["dpi"])
+        print(out / "bahdanau-loss.png")
+    else:
+        print("bahdanau-loss.png kept: the results hold no loss histories (rerun)")
+    (out / "bahdanau-table.txt").write_text(table(results, cfg))
+    print(out / "bahdanau-table.txt")
+    print("alignment figures kept: they need the trained models (a full run)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -304,11 +340,20 @@ def main(argv: list[str] | None = None) -> None:
         "--steps", type=int, help="override the number of updates (copy)"
     )
     parser.add_argument(
+        "--redraw",
+        action="store_true",
+        help="redraw the curves and the table from bahdanau-results.json in --out "
+        "(no training)",
+    )
+    parser.add_argument(
         "--shape-checks",
         action="store_true",
         help="keep runtime shape checks on (default: on with --quick only)",
     )
     args = parser.parse_args(argv)
+    if args.redraw:
+        redraw(args.out)
+        return
     cfg = dict(QUICK if args.quick else FULL)
     if args.steps is not None:
         cfg["steps"] = args.steps
@@ -341,6 +386,7 @@ def main(argv: list[str] | None = None) -> None:
             "final_loss": sum(trained["losses"][-20:]) / len(trained["losses"][-20:]),
             "exact_match_up_to_10": sum(short) / len(short),
             "exact_match": {str(n): v for n, v in curve.items()},
+            "losses": [float(f"{loss:.5g}") for loss in trained["losses"]],
         }
         print(
             f"  exact match ≤10: {100 * sum(short) / len(short):.1f} %, "

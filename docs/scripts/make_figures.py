@@ -28,7 +28,8 @@ from named_transformer import plot  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
-# The cars of seed 03, as on the "Attention as a soft dictionary" page.
+# The cars of the scoring-functions tutorial, as on the "Attention as a soft dictionary"
+# page.
 CARS = ["hatchback", "minivan", "sports car", "SUV", "pickup"]
 CAR_FEATURES = torch.tensor(
     [  # safety, capacity, acceleration, mpg: the keys
@@ -96,6 +97,19 @@ def dot_variance(quick: bool) -> plt.Figure:
     return ax.figure
 
 
+def shared_colorbar(fig: plt.Figure, axes, label: str = "attention weight") -> None:
+    """One colour bar for panels drawn on the same scale (their first image's)."""
+    axes = list(axes)
+    fig.colorbar(axes[0].images[0], ax=axes, shrink=0.85, label=label)
+
+
+def mask_colorbar(fig: plt.Figure, ax) -> None:
+    """A two-step colour bar for a boolean mask drawn in grey: False (black) below,
+    True (white) above."""
+    bar = fig.colorbar(ax.images[0], ax=ax, shrink=0.85, ticks=[0.0, 1.0])
+    bar.ax.set_yticklabels(["False", "True"])
+
+
 def masks(quick: bool) -> plt.Figure:
     """The causal mask and the attention weights it produces."""
     generator = torch.Generator().manual_seed(1)
@@ -103,7 +117,7 @@ def masks(quick: bool) -> plt.Figure:
     queries = torch.randn(seq, key, generator=generator)
     keys = torch.randn(seq, key, generator=generator)
     mask = nt.causal_mask(seq)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
     plot.attention_heatmap(
         mask.float(),
         TOKENS,
@@ -111,9 +125,10 @@ def masks(quick: bool) -> plt.Figure:
         ax=left,
         colorbar=False,
         annotate=False,
-        title="causal_mask(6): True = may attend",
+        title="causal_mask(6): True (white) = may attend",
         cmap="Greys_r",
     )
+    mask_colorbar(fig, left)
     plot.attention_heatmap(
         nt.attention_weights(queries, keys, mask),
         TOKENS,
@@ -133,7 +148,7 @@ def padding(quick: bool) -> plt.Figure:
     keys = torch.randn(batch, seq, key, generator=generator)
     mask = nt.key_padding_mask(lengths, seq)  # batch 1 seq
     weights = nt.attention_weights(queries, keys, mask)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
     short = TOKENS[:4] + ["<pad>", "<pad>"]
     rows = repeat(
         mask[1, 0].float(), "seq -> seq_q seq", seq_q=seq
@@ -148,6 +163,7 @@ def padding(quick: bool) -> plt.Figure:
         annotate=False,
         cmap="Greys_r",
     )
+    mask_colorbar(fig, left)
     plot.attention_heatmap(
         weights[1], short, short, ax=right, title="attention_weights: padded keys get 0"
     )
@@ -160,11 +176,11 @@ def basic_equivariance(quick: bool) -> plt.Figure:
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(4, 2, generator=generator)
     permutation = torch.tensor([0, 1, 3, 2])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.5), layout="constrained")
     for ax, x, labels, title in (
-        (left, inputs, ["x0", "x1", "x2", "x3"], "softmax_seq(X ⊙_layer X)"),
+        (axes[0], inputs, ["x0", "x1", "x2", "x3"], "softmax_seq(X ⊙_layer X)"),
         (
-            right,
+            axes[1],
             inputs[permutation],
             ["x0", "x1", "x3", "x2"],
             "same, positions 2 and 3 swapped",
@@ -172,8 +188,9 @@ def basic_equivariance(quick: bool) -> plt.Figure:
     ):
         weights = nt.softmax(nt.dot_score(x, x))
         plot.attention_heatmap(
-            weights, labels, labels, ax=ax, title=title, colorbar=ax is right
+            weights, labels, labels, ax=ax, title=title, colorbar=False
         )
+    shared_colorbar(fig, axes)
     return fig
 
 
@@ -188,40 +205,52 @@ def relative_positions(quick: bool) -> plt.Figure:
     """The clipped relative-distance index (k = 2): a full pass, then two queries after
     a cache."""
     k = 2
-    fig, (left, right) = plt.subplots(
+    fig, axes = plt.subplots(
         1,
         2,
-        figsize=(10, 3.8),
+        figsize=(9, 3.6),
         layout="constrained",
         gridspec_kw={"width_ratios": [6, 6]},
     )
-    plot.attention_heatmap(
-        nt.relative_position_index(6, 6, k).float(),
-        TOKENS,
-        TOKENS,
-        ax=left,
-        vmin=0,
-        vmax=2 * k,
-        cmap="viridis",
-        colorbar=False,
-        title="relative_position_index(6, 6, k=2) = clip(j - i, 2) + 2",
-    )
-    plot.attention_heatmap(
-        nt.relative_position_index(2, 6, k, offset=4).float(),
-        TOKENS[4:],
-        TOKENS,
-        ax=right,
-        vmin=0,
-        vmax=2 * k,
-        cmap="viridis",
-        title="2 new queries after a cache of 4 (offset=4)",
+    for ax, index, queries, title in (
+        (
+            axes[0],
+            nt.relative_position_index(6, 6, k),
+            TOKENS,
+            "relative_position_index(6, 6, k=2)",
+        ),
+        (
+            axes[1],
+            nt.relative_position_index(2, 6, k, offset=4),
+            TOKENS[4:],
+            "2 new queries after a cache of 4 (offset=4)",
+        ),
+    ):
+        plot.attention_heatmap(
+            index.float(),
+            queries,
+            TOKENS,
+            ax=ax,
+            vmin=0,
+            vmax=2 * k,
+            cmap="viridis",
+            colorbar=False,
+            fmt=".0f",
+            title=title,
+        )
+    fig.colorbar(
+        axes[0].images[0],
+        ax=list(axes),
+        shrink=0.85,
+        ticks=range(2 * k + 1),
+        label="index clip(j − i, k) + k",
     )
     return fig
 
 
 def multihead_weights(quick: bool) -> plt.Figure:
     """Per-head causal self-attention weights of a (random) MultiHeadAttention over six
-    tokens."""
+    tokens, two heads a row."""
     torch.manual_seed(0)
     layer, heads = 16, 4
     attention = nt.MultiHeadAttention(layer, heads).eval()
@@ -231,17 +260,26 @@ def multihead_weights(quick: bool) -> plt.Figure:
     _, weights = attention(
         embedded, mask=nt.causal_mask(len(TOKENS)), need_weights=True
     )
-    fig, axes = plt.subplots(1, heads, figsize=(3.2 * heads, 3.4), layout="constrained")
-    for head, ax in enumerate(axes):
+    fig, axes = plt.subplots(
+        2,
+        heads // 2,
+        figsize=(7.5, 6.2),
+        layout="constrained",
+        sharex=True,
+        sharey=True,
+    )
+    for head, ax in enumerate(axes.flat):
         plot.attention_heatmap(
             weights[head].detach(),
             TOKENS,
             TOKENS,
             ax=ax,
             annotate=False,
-            colorbar=head == heads - 1,
+            colorbar=False,
             title=f"head {head}",
         )
+        ax.label_outer()  # tokens and axis names on the outer edges only
+    shared_colorbar(fig, axes.flat)
     return fig
 
 
@@ -258,12 +296,12 @@ def encoder_decoder_weights(quick: bool) -> plt.Figure:
     _, weights = model(source, target, source_mask, need_weights=True)
     sources = ["das", "ist", "gut", "</s>", "<pad>", "<pad>"]
     targets = ["<s>", "this", "is", "good", "</s>"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
     plot.attention_heatmap(
         weights["decoder_self"][0][0, 0].detach(),
         targets,
         targets,
-        ax=left,
+        ax=axes[0],
         colorbar=False,
         title="decoder self-attention (causal), head 0",
     )
@@ -271,9 +309,12 @@ def encoder_decoder_weights(quick: bool) -> plt.Figure:
         weights["decoder_cross"][0][0, 0].detach(),
         targets,
         sources,
-        ax=right,
+        ax=axes[1],
+        colorbar=False,
         title="cross-attention over the memory, head 0",
     )
+    axes[1].set_xlabel("seq (keys: the source, from the memory)")
+    shared_colorbar(fig, axes)
     return fig
 
 

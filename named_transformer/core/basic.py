@@ -1,4 +1,4 @@
-r"""Basic self-attention: no parameters at all (seed 01).
+r"""Basic self-attention: no parameters at all (Bloem).
 
 Each output is a weighted average of the inputs, weighted by how similar the inputs
 are to it. With $X \in \mathbb R^{\mathsf{seq} \times \mathsf{layer}}$:

@@ -8,8 +8,8 @@ $b^1 \in \mathbb R^{\mathsf{hidden}}$,
 $W^2 \in \mathbb R^{\mathsf{layer} \times \mathsf{hidden}}$,
 $b^2 \in \mathbb R^{\mathsf{layer}}$ (the paper's appendix misprints
 $b^2 \in \mathbb R^{\mathsf{hidden}}$). Nothing here names $\mathsf{seq}$, so the same
-network is applied at every position: it equals a kernel-size-1 convolution, seed 04's
-"1D-convolution".
+network is applied at every position: it equals a kernel-size-1 convolution, the NYU
+notes' "1D-convolution".
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def relu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden
 
 class _ReLU(torch.autograd.Function):
     r"""ReLU with its gradient written from the output
-    $Y = \operatorname{relu}(X) \ge 0$:
+    $Y = \operatorname{relu}(X) \ge 0$, for $G = \partial L / \partial Y$:
 
     $$\frac{\partial L}{\partial X} = G \odot \operatorname{sign}(Y),$$
 

@@ -5,7 +5,7 @@ $$\nfun{layer}{standardize}(X)
 \qquad \text{LayerNorm}(X) = \nfun{layer}{standardize}(X) \odot \gamma + \beta,$$
 
 with $\gamma, \beta \in \mathbb R^{\mathsf{layer}}$. The variance is the biased one
-(divide by $|\mathsf{layer}|$), as in `torch.nn.functional.layer_norm`; seed 05 writes
+(divide by $|\mathsf{layer}|$), as in `torch.nn.functional.layer_norm`; dataflowr writes
 the same thing without $\epsilon$.
 """
 

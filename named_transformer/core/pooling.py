@@ -1,8 +1,8 @@
 r"""Feed-forward attention pooling: attention without a query (Raffel & Ellis, 2015).
 
-Seed 02's zoo cites it as "FF-FC attention". A small network $a$ scores each state on
-its own, the scores are normalised over $\mathsf{seq}$, and the context is the weighted
-average of the states:
+Chai's attention zoo cites it as "FF-FC attention". A small network $a$ scores each
+state on its own, the scores are normalised over $\mathsf{seq}$, and the context is the
+weighted average of the states:
 
 $$e = a(h), \qquad \alpha = \nfun{seq}{softmax}\, e, \qquad c = \alpha \ndot{seq} h,$$
 

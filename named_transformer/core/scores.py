@@ -2,8 +2,11 @@ r"""The score-function zoo: how well does each query match each key?
 
 Every score maps queries $Q \in \mathbb R^{\mathsf{seq'} \times \mathsf{key}}$ and keys
 $K \in \mathbb R^{\mathsf{seq} \times \mathsf{key}}$ (plus its own named weights, passed
-as arguments) to scores over $\mathsf{seq'} \times \mathsf{seq}$; a softmax over
-$\mathsf{seq}$ turns them into attention weights (seeds 02 and 03, EQUATIONS.md).
+as arguments) to scores over $\mathsf{seq'} \times \mathsf{seq}$; the general and
+additive scores let the queries have a width of their own, $\mathsf{key'}$, and the
+location score reads the queries alone. A softmax over
+$\mathsf{seq}$ turns them into attention weights (the zoos of Chai and of the cars
+tutorial).
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def additive_score(
 
     Equal to $w^\top \tanh(W[q; k])$ with $W = [W_1\ W_2]$. The sum broadcasts over
     $\mathsf{seq'} \times \mathsf{seq} \times \mathsf{hidden}$: more memory and time
-    than a dot product, which is why seed 02 calls dot-product attention "faster and
+    than a dot product, which is why Chai calls dot-product attention "faster and
     more space-efficient".
     """
     q = einsum(queries, w_query, "... seq_q key_q, hidden key_q -> ... seq_q hidden")

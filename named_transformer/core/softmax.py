@@ -1,6 +1,6 @@
 r"""Softmax over a named axis, with inverse temperature, and its hard limit.
 
-Seed 04 writes the attention weights as
+The NYU notes write the attention weights as
 $\mathbf a = \text{[soft](arg)max}_\beta(\mathbf K^\top \mathbf q)$: soft attention
 keeps $\|\mathbf a\|_1 = 1$, hard attention is the one-hot argmax,
 $\|\mathbf a\|_0 = 1$, reached as the inverse temperature $\beta \to \infty$. In named

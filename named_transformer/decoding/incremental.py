@@ -8,7 +8,7 @@ keys plus its own (:func:`~named_transformer.core.masks.causal_mask` and
 :func:`~named_transformer.core.positions.relative_position_index` both take that
 offset). In cross-attention the keys and values of the memory are computed once. The
 cached step is built from the modules' own equations
-(:func:`~named_transformer.models.multihead.stacked_projection` through seed 04's
+(:func:`~named_transformer.models.multihead.stacked_projection` through the NYU notes'
 $W_{qkv}$, stacked once per decoding,
 :func:`~named_transformer.models.multihead.attend_heads`, the relative terms) and gives
 the same log-probabilities as recomputing the whole prefix (a test checks ≤ 1e-5). The
@@ -55,7 +55,7 @@ class _LayerCache:
 
 
 def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
-    """Seed 04's W_qkv (and b_qkv) of a self-attention, for one product per cached step.
+    """The stacked W_qkv (and b_qkv) of a self-attention, one product per cached step.
 
     The weights do not change while decoding, so the stacking is paid once; each step
     then projects the new tokens with one matrix product instead of three. (Not when

@@ -6,8 +6,9 @@ time:
 * **greedy**:
   $y_j = \operatorname{argmax}_{\mathsf{vocab}} \log p(\cdot \mid y_{<j}, x)$;
 * **sampling**: $y_j \sim \nfun{vocab}{softmax}(\beta \log p)$ with the inverse
-  temperature $\beta = 1/T$ of seed 04 ($\beta \to \infty$ is greedy, $\beta = 1$ the
-  model's own distribution), optionally among the ``top_k`` most likely tokens only;
+  temperature $\beta = 1/T$ of the NYU notes ($\beta \to \infty$ is greedy,
+  $\beta = 1$ the model's own distribution), optionally among the ``top_k`` most likely
+  tokens only;
 * **beam search**: keep the ``width`` best partial sequences by summed log-probability;
   finished ones are ranked by $\log p(Y) / \text{lp}(Y)$ with the length penalty
   $\text{lp}(Y) = ((5 + |Y|)/6)^{\alpha}$ (Wu et al., 2016).
@@ -127,7 +128,7 @@ def sample(
     generator: torch.Generator | None = None,
 ) -> Decoded:
     r"""$y_j \sim \nfun{vocab}{softmax}(\beta \log p(\cdot \mid y_{<j}))$,
-    $\beta = 1/T$ (seed 04).
+    $\beta = 1/T$ (the NYU notes).
 
     ``top_k`` keeps only the $k$ most likely tokens (the named softmax's mask).
     ``generator`` makes the draws reproducible.

@@ -11,8 +11,8 @@ included.
 | ``nn.Transformer`` | :class:`TransformerStacks` |
 
 PyTorch keeps all heads in one matrix, ``in_proj_weight`` $\in \mathbb R^{3hd \times d}$
-(seed 04's stacked $W_{qkv}$), whose rows are ``(three heads key)``; the named weights
-are the same numbers with the axes named:
+(the NYU notes' stacked $W_{qkv}$), whose rows are ``(three heads key)``; the named
+weights are the same numbers with the axes named:
 ``rearrange(in_proj_weight, "(three heads key) layer -> three heads layer key")``.
 ``out_proj.weight`` $\in \mathbb R^{d \times hd}$ is ``layer (heads val)`` and becomes
 $W^O \in \mathbb R^{\mathsf{heads}\times\mathsf{val}\times\mathsf{layer}}$.

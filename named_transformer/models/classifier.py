@@ -1,17 +1,20 @@
-r"""Seed 04's sentiment classifier, done right: encode, max-pool over positions,
+r"""The NYU notes' sentiment classifier, done right: encode, max-pool over positions,
 classify.
 
-$$H = \text{Encoder}(\text{Embed}(x) + P), \qquad
-  h = \nfun{seq}{max}\, H \;(\text{real tokens only}), \qquad
-  \text{logits} = W \ndot{layer} h + b, \quad
-  W \in \mathbb R^{\mathsf{classes} \times \mathsf{layer}}.$$
+$$\begin{aligned}
+  H &= \text{Encoder}(\text{Embed}(x) + P), \qquad
+  h = \nfun{seq}{max}\, H \;(\text{real tokens only}), \\
+  \text{logits} &= W \ndot{layer} h + b, \quad
+  W \in \mathbb R^{\mathsf{classes} \times \mathsf{layer}}.
+\end{aligned}$$
 
-Seed 04's version has four slips: it builds ``Encoder()`` and ``nn.Linear`` *inside*
-``forward`` (fresh random weights on every call, so nothing is ever trained or saved),
-returns ``torch.max(x, dim=1)`` (a ``(values, indices)`` tuple, not a tensor), and takes
-the maximum over padding positions too, so the answer depends on how much padding a
-batch has. Here the layers are built once in ``__init__``, the reduction is a named
-``max`` over $\mathsf{seq}$ that skips padding, and the result is a tensor of logits.
+The NYU notes' version has four slips: it builds ``Encoder()`` and ``nn.Linear``
+*inside* ``forward`` (fresh random weights on every call, so nothing is ever trained or
+saved), returns ``torch.max(x, dim=1)`` (a ``(values, indices)`` tuple, not a tensor),
+and takes the maximum over padding positions too, so the answer depends on how much
+padding a batch has. Here the layers are built once in ``__init__``, the reduction is a
+named ``max`` over $\mathsf{seq}$ that skips padding, and the result is a tensor of
+logits.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class TransformerClassifier(CountsParameters, nn.Module):
     r"""Embeddings, an encoder, max over $\mathsf{seq}$ ignoring padding, a linear
     layer.
 
-    Defaults are seed 04's: one layer, 32 wide, 2 heads, hidden 128.
+    Defaults are the NYU notes': one layer, 32 wide, 2 heads, hidden 128.
     """
 
     def __init__(

@@ -2,9 +2,11 @@ r"""The decoder: masked self-attention, cross-attention over the memory, feed-fo
 
 Each decoder layer has three residual sublayers (post-norm shown):
 
-$$T_1 = \text{LayerNorm}(\text{SelfAtt}(Y, M_{\text{causal}}) + Y), \quad
-  T_2 = \text{LayerNorm}(\text{CrossAtt}(T_1, H) + T_1), \quad
-  Y' = \text{LayerNorm}(\text{FFN}(T_2) + T_2).$$
+$$\begin{aligned}
+  T_1 &= \text{LayerNorm}(\text{SelfAtt}(Y, M_{\text{causal}}) + Y), \\
+  T_2 &= \text{LayerNorm}(\text{CrossAtt}(T_1, H) + T_1), \\
+  Y' &= \text{LayerNorm}(\text{FFN}(T_2) + T_2).
+\end{aligned}$$
 
 *Self*-attention takes queries, keys and values from the target sequence $Y$ itself,
 under the causal mask (query position $j$ may attend key position $i$ iff $i \le j$), so

@@ -66,7 +66,7 @@ def embed(
 # --8<-- [start:TokenEmbedding]
 class TokenEmbedding(nn.Module):
     r"""$E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, its rows scaled by
-    $\sqrt{d}$.
+    $\sqrt{|\mathsf{layer}|}$.
 
     Initialised $\mathcal N(0, 1/|\mathsf{layer}|)$: after scaling, unit variance.
     """
@@ -102,7 +102,7 @@ def add_positions(
 
 # --8<-- [start:SinusoidalPositions]
 class SinusoidalPositions(nn.Module):
-    r"""$X^0 = X + P$ with the fixed sinusoidal $P$, then dropout. No parameters.
+    r"""$X^0 = W + P$ with the fixed sinusoidal $P$, then dropout. No parameters.
 
     The table is computed in the inputs' dtype and on their device, for positions
     ``offset`` … ``offset + |seq| - 1`` (``offset`` = cache length when decoding step
@@ -149,7 +149,7 @@ class SinusoidalPositions(nn.Module):
 
 # --8<-- [start:LearnedPositions]
 class LearnedPositions(nn.Module):
-    r"""$X^0 = X + P$ with a learned $P$ (one row per position, ``max_positions``
+    r"""$X^0 = W + P$ with a learned $P$ (one row per position, ``max_positions``
     rows), dropout."""
 
     def __init__(self, max_positions: int, layer: int, *, dropout: float = 0.1) -> None:

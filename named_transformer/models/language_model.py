@@ -1,10 +1,12 @@
 r"""A decoder-only language model (paper A.1; GPT): predict each token from the ones
 before.
 
-$$X^0 = E_{\text{tokens}}\sqrt{|\mathsf{layer}|} + P, \qquad
-  X^{l} = \text{Block}(X^{l-1}, M_{\text{causal}}), \qquad
+$$\begin{aligned}
+  X^0 &= E_{\text{tokens}}\sqrt{|\mathsf{layer}|} + P, \qquad
+  X^{l} = \text{Block}(X^{l-1}, M_{\text{causal}}), \\
   \log p(\text{token}_{j+1} \mid \text{tokens}_{\le j})
-  = \nfun{vocab}{log\,softmax}(E \ndot{layer} X^L)_j.$$
+  &= \nfun{vocab}{log\,softmax}(E \ndot{layer} X^L)_j.
+\end{aligned}$$
 
 With no encoder there is nothing to cross-attend, so a block is an encoder layer
 (self-attention, feed-forward) under the causal mask. The output reuses the embedding

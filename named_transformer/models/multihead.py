@@ -10,22 +10,24 @@ the heads and their values back to the model width:
 $$Q = W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}, \quad
   K = W^K \ndot{layer} X, \quad
   V = W^V \ndot{layer} X,$$
+
 $$Y = W^O \ndot{heads, val}
   \text{Attention}(Q, K, V, M)_{\mathsf{seq'}\to\mathsf{seq}}.$$
 
 Attention never names $\mathsf{heads}$, so it is *lifted* over it: no loop over heads.
 In cross-attention the keys and values come from a memory (the encoder output) whose
-width may differ from $\mathsf{layer}$ (seed 04's ``d_input``, PyTorch's
+width may differ from $\mathsf{layer}$ (the NYU notes' ``d_input``, PyTorch's
 ``kdim``/``vdim``):
-$W^K, W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{memory} \times \mathsf{key}}$.
+$W^K \in \mathbb R^{\mathsf{heads} \times \mathsf{memory} \times \mathsf{key}}$,
+$W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{memory} \times \mathsf{val}}$.
 
 The paper's heads are *narrow*,
 $|\mathsf{key}| = |\mathsf{val}| = |\mathsf{layer}|/|\mathsf{heads}|$, so
-$4|\mathsf{layer}|^2$ weights whatever the number of heads; seed 01's heads are *wide*,
+$4|\mathsf{layer}|^2$ weights whatever the number of heads; Bloem's heads are *wide*,
 each of full width $|\mathsf{key}| = |\mathsf{layer}|$ and
-$W \in \mathbb R^{d \times hd}$. Seed 04 stacks all projections into one tall matrix
-$W_{qkv}$; :func:`stacked_projection` shows that this is the same computation (and it
-is PyTorch's ``in_proj_weight`` layout).
+$W \in \mathbb R^{d \times hd}$. The NYU notes stack all projections into one tall
+matrix $W_{qkv}$; :func:`stacked_projection` shows that this is the same computation
+(and it is PyTorch's ``in_proj_weight`` layout).
 
 Masks are boolean, True = may attend. **`torch.nn.MultiheadAttention` reads a boolean
 mask the other way round**: pass ``~attn_mask`` (and ``~key_padding_mask``) here.
@@ -132,7 +134,7 @@ def merge_heads(
     $\mathsf{layer}$.
 
     One contraction over two axes: the "concatenate the heads, then a linear layer" of
-    seeds 01 and 04, without the concatenation.
+    Bloem and the NYU notes, without the concatenation.
     """
     outputs = einsum(
         heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer"
@@ -189,7 +191,7 @@ def stack_qkv(
     w_k: Float[Tensor, "heads layer key"],
     w_v: Float[Tensor, "heads layer key"],
 ) -> Float[Tensor, "qkv layer"]:
-    r"""Seed 04's tall matrix: $W_{qkv}$ stacks
+    r"""The NYU notes' tall matrix: $W_{qkv}$ stacks
     $W_q^1 \dots W_q^h, W_k^1 \dots, W_v^1 \dots$.
 
     This is exactly PyTorch's ``in_proj_weight`` ($3hd \times d$).
@@ -249,8 +251,8 @@ def multihead_self_attention(
 ) -> tuple[
     Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"] | None
 ]:
-    r""":func:`multihead_attention` with $X_m = X$, projecting through seed 04's stacked
-    $W_{qkv}$.
+    r""":func:`multihead_attention` with $X_m = X$, projecting through the NYU notes'
+    stacked $W_{qkv}$.
 
     When queries, keys and values all come from $X$, one product with the tall
     $W_{qkv}$ replaces three (as PyTorch's ``in_proj_weight`` does): the same numbers,
@@ -284,8 +286,9 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         memory: width of the keys' and values' source (cross-attention); default
             ``layer``.
         key, val: widths of one head; default $|\mathsf{layer}|/|\mathsf{heads}|$
-            (narrow, the paper) or $|\mathsf{layer}|$ when ``wide=True`` (seed 01).
-        bias: learn $b^Q, b^K, b^V \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$ and
+            (narrow, the paper) or $|\mathsf{layer}|$ when ``wide=True`` (Bloem).
+        bias: learn $b^Q, b^K \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$,
+            $b^V \in \mathbb R^{\mathsf{heads}\times\mathsf{val}}$ and
             $b^O \in \mathbb R^{\mathsf{layer}}$ (PyTorch's default).
         dropout: probability of dropping an attention weight while training.
         fused: compute the attention by PyTorch's fused kernel

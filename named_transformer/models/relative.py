@@ -1,9 +1,10 @@
-r"""Relative position representations (Shaw, Uszkoreit & Vaswani 2018; seed 02).
+r"""Relative position representations (Shaw, Uszkoreit & Vaswani 2018; Chai).
 
 Instead of adding absolute positions to the inputs, each attention layer learns one
 vector per *clipped distance* between a query at position $i$ and a key at position
 $j$, for the keys and for the values, shared by all heads:
-$a^K, a^V \in \mathbb R^{\mathsf{distance} \times \mathsf{key}}$,
+$a^K \in \mathbb R^{\mathsf{distance} \times \mathsf{key}}$,
+$a^V \in \mathbb R^{\mathsf{distance} \times \mathsf{val}}$,
 $|\mathsf{distance}| = 2k+1$.
 
 $$e_{ij} = \frac{q_i \ndot{key}
@@ -12,7 +13,8 @@ $$e_{ij} = \frac{q_i \ndot{key}
   z_i = \sum_j \alpha_{ij} \left(v_j + a^V_{\operatorname{clip}(j-i,\,k)}\right).$$
 
 Distances beyond $k$ are clipped, so the model generalises to lengths unseen in
-training. The tables add $2(2k+1)|\mathsf{key}|$ parameters to multi-head attention.
+training. The tables add $(2k+1)(|\mathsf{key}| + |\mathsf{val}|)$ parameters to
+multi-head attention ($2(2k+1)|\mathsf{key}|$ when $|\mathsf{val}| = |\mathsf{key}|$).
 Looking the table up by the index matrix of
 :func:`named_transformer.core.positions.relative_position_index` gives
 $R^K \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq} \times \mathsf{key}}$ (one copy,
@@ -144,7 +146,8 @@ def relative_multihead_attention(
 # --8<-- [start:RelativeMultiHeadAttention]
 class RelativeMultiHeadAttention(MultiHeadAttention):
     r""":class:`MultiHeadAttention` plus
-    $a^K, a^V \in \mathbb R^{(2k+1) \times \mathsf{key}}$.
+    $a^K \in \mathbb R^{(2k+1) \times \mathsf{key}}$,
+    $a^V \in \mathbb R^{(2k+1) \times \mathsf{val}}$.
 
     ``max_distance`` is the clipping distance $k$; the other arguments are those of
     :class:`MultiHeadAttention`.

@@ -20,8 +20,8 @@ $(\mathsf{gates}\cdot\mathsf{hidden'}) \times \mathsf{input}$ with gates in the 
 r, z, n for the GRU and i, f, g, o for the LSTM), so the named weights
 $W^i \in \mathbb R^{\mathsf{gates} \times \mathsf{hidden'} \times \mathsf{input}}$ are
 PyTorch's with the gate axis split out. Every function is lifted over any leading
-$\mathsf{batch}$ axes. Seeds 02 and 05 build the seq2seq encoder and decoder from these
-cells (see :mod:`named_transformer.models.seq2seq`).
+$\mathsf{batch}$ axes. Chai and dataflowr build the seq2seq encoder and decoder from
+these cells (see :mod:`named_transformer.models.seq2seq`).
 """
 
 from __future__ import annotations
@@ -88,8 +88,10 @@ def gru_cell(
     With $G^i = W^i \ndot{input} x + b^i$ and $G^h = W^h \ndot{hidden} h + b^h$, both in
     $\mathbb R^{\mathsf{gates} \times \mathsf{hidden'}}$, gates $(r, z, n)$:
 
-    $$r = \sigma(G^i_r + G^h_r),\quad z = \sigma(G^i_z + G^h_z),\quad
-      n = \tanh(G^i_n + r \odot G^h_n),\quad h' = (1 - z) \odot n + z \odot h.$$
+    $$\begin{gathered}
+      r = \sigma(G^i_r + G^h_r),\quad z = \sigma(G^i_z + G^h_z),\\
+      n = \tanh(G^i_n + r \odot G^h_n),\quad h' = (1 - z) \odot n + z \odot h.
+    \end{gathered}$$
 
     Cho et al. (2014) put $r$ *before* the projection,
     $W^h_n \ndot{hidden} (r \odot h)$; PyTorch (and cuDNN) apply it after, which is
@@ -129,6 +131,7 @@ def lstm_cell(
 
     $$G = W^i \ndot{input} x + b^i + W^h \ndot{hidden} h + b^h
       \in \mathbb R^{\mathsf{gates} \times \mathsf{hidden'}},$$
+
     $$c' = \sigma(G_f) \odot c + \sigma(G_i) \odot \tanh(G_g),\qquad
       h' = \sigma(G_o) \odot \tanh(c').$$
     """

@@ -1,10 +1,10 @@
 r"""Sequence to sequence with and without attention (Bahdanau, Cho & Bengio, 2015;
-seeds 02, 05).
+Chai; dataflowr).
 
 An RNN encoder–decoder reads the source $x_1, \dots, x_T$ and writes the target
 $y_1, \dots, y_{T'}$. The basic one (Cho et al., 2014; Sutskever et al., 2014) squeezes
 the whole source into **one fixed-length vector** $c$, the encoder's last state, and
-seed 02 names the drawback: "the performance of basic encoder–decoder drops rapidly as
+Chai names the drawback: "the performance of basic encoder–decoder drops rapidly as
 the length of an input sentence increases". Bahdanau et al. keep one *annotation* per
 source position and let the decoder look back at all of them at every step:
 
@@ -17,7 +17,8 @@ $$s_i = f(s_{i-1}, y_{i-1}, c_i),\qquad p(y_i \mid y_{<i}, x) = g(y_{i-1}, s_i, 
 
 with $f$ a GRU (:func:`named_transformer.models.rnn.gru_cell`) and $a$ the additive
 score of the zoo,
-$a(s, h) = w \ndot{hidden} \tanh(W_1 \ndot{key'} s + W_2 \ndot{key} h)$
+$a(s, h) = w \ndot{hidden} \tanh(W_1 \ndot{key'} s + W_2 \ndot{annotation} h)$, the
+state's axis renamed $\mathsf{key'}$ so that $\mathsf{hidden}$ is the score's own width
 (:func:`named_transformer.core.scores.additive_score`). Luong's dot, general and concat
 scores are selectable; "concat" $w^\top \tanh(W[s; h])$ *is* the additive score with
 $W = [W_1\ W_2]$. Everything is batched: padded source positions get annotation 0 and
@@ -387,7 +388,7 @@ class FixedContextDecoder(_Decoder):
     r"""The basic decoder (Cho et al., 2014): every step sees the same $c$, the
     encoder's last state.
 
-    $s_0 = \tanh(W_s c)$, $s_i = \mathrm{GRU}([E y_{i-1}; c], s_{i-1})$,
+    $s_0 = \tanh(W_0 c + b_0)$, $s_i = \mathrm{GRU}([E y_{i-1}; c], s_{i-1})$,
     $p(y_i) = g(y_{i-1}, s_i, c)$. It is the attention decoder with a single annotation
     $c$: the "alignment" is 1 on it at every step.
     """
@@ -502,7 +503,7 @@ class RNNEncoderDecoder(nn.Module):
     last state.
 
     With ``reverse_source=True`` the source is read backwards (Sutskever et al., 2014,
-    seed 02), so the first source tokens are the last ones read, close to the first
+    Chai), so the first source tokens are the last ones read, close to the first
     ones written. No attention: ``forward`` returns logits only.
     """
 

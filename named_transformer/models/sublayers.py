@@ -2,8 +2,8 @@ r"""The pieces around attention: LayerNorm, the feed-forward network, the residu
 sublayer.
 
 Every sublayer $f$ of the Transformer (self-attention, cross-attention, feed-forward)
-sits in a residual connection with a LayerNorm. The paper (and seeds 02, 04, 05)
-normalises *after* the sum, **post-norm**:
+sits in a residual connection with a LayerNorm. The paper (and Chai, the NYU
+notes and dataflowr) normalises *after* the sum, **post-norm**:
 
 $$X' = \text{LayerNorm}(X + \text{Dropout}(f(X))).$$
 

@@ -1,8 +1,10 @@
 r"""The encoder–decoder Transformer (paper A.1): embeddings, two stacks, a generator.
 
-$$H = \text{Encoder}(\text{Embed}(x) + P), \qquad
+$$\begin{aligned}
+  H &= \text{Encoder}(\text{Embed}(x) + P), \\
   \log p(y_{j} \mid y_{<j}, x)
-  = \text{Generator}(\text{Decoder}(\text{Embed}(y) + P, H))_j.$$
+  &= \text{Generator}(\text{Decoder}(\text{Embed}(y) + P, H))_j.
+\end{aligned}$$
 
 :class:`TransformerStacks` is the two stacks alone, on already embedded sequences: the
 counterpart of PyTorch's ``nn.Transformer`` (which has no embeddings and always ends

@@ -7,7 +7,7 @@ tuples ``(source, target)``:
   ``min_len`` … ``max_len`` (default 10–20), the target the sequence copied,
   reversed or sorted;
 * ``histogram``: each position outputs how often its token occurs in the whole
-  sequence (dataflowr's "think like transformers" exercise, seed 05). The source starts
+  sequence (dataflowr's "think like transformers" exercise). The source starts
   with ``<bos>``: attention spread evenly over the $c$ equal tokens averages $c$ equal
   vectors and so cannot tell $c$; with one fixed extra token to attend to as well, each
   gets $1/(c+1)$, which can;
