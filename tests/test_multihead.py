@@ -377,3 +377,24 @@ def test_merge_heads_is_concatenate_then_linear_and_names_a_wrong_size():
     torch.testing.assert_close(merge_heads(heads_out, w_o, b_o), expected)
     with pytest.raises(TypeCheckError, match="parameter 'w_o'"):
         merge_heads(heads_out, torch.randn(3, 5, 6))
+
+
+def test_a_stack_asks_its_layers_for_weights_only_when_its_caller_does():
+    from torch.profiler import profile
+
+    config = nt.TransformerConfig(
+        encoder_layers=2, decoder_layers=2, layer=LAYER, heads=HEADS, hidden=16,
+        dropout=0.0, fused_attention=True,
+    )  # fmt: skip
+    model = nt.Transformer(11, 13, config).eval()
+    source, target = torch.randint(0, 11, (B, 5)), torch.randint(0, 13, (B, 4))
+    with torch.no_grad(), profile() as trace:
+        model(source, target)
+    calls = {e.key: e.count for e in trace.key_averages()}
+    # 2 encoder self-attentions + 2 decoder self- and 2 cross-attentions, all fused
+    assert calls.get("aten::scaled_dot_product_attention") == 6, calls
+    with torch.no_grad():
+        _, weights = model(source, target, need_weights=True)
+    assert [len(weights[k]) for k in ("encoder", "decoder_self", "decoder_cross")] == [
+        2, 2, 2,
+    ]  # fmt: skip

@@ -134,7 +134,10 @@ class Decoder(_Stack):
         layer)."""
         self_weights, cross_weights = [], []
         hidden = inputs
-        for decoder_layer in self.layers:
+        for decoder_layer in self.layers:  # weights only when asked: fused stays fused
+            if not need_weights:
+                hidden = decoder_layer(hidden, memory, mask, memory_mask)
+                continue
             hidden, own, cross = decoder_layer(
                 hidden, memory, mask, memory_mask, need_weights=True
             )

@@ -170,9 +170,12 @@ class Encoder(_Stack):
         ``need_weights``."""
         weights = []
         hidden = inputs
-        for encoder_layer in self.layers:
-            hidden, layer_weights = encoder_layer(hidden, mask, need_weights=True)
-            weights.append(layer_weights)
+        for encoder_layer in self.layers:  # weights only when asked: fused stays fused
+            if need_weights:
+                hidden, layer_weights = encoder_layer(hidden, mask, need_weights=True)
+                weights.append(layer_weights)
+            else:
+                hidden = encoder_layer(hidden, mask)
         if self.norm is not None:
             hidden = self.norm(hidden)
         return (hidden, weights) if need_weights else hidden
