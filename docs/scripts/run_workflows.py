@@ -45,6 +45,13 @@ from named_transformer.workflows.runner import (  # noqa: E402
 from named_transformer.workflows.tasks import detokenize  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+# the attention maps' titles start with their kind; each kind gets its own figure
+ATTENTION_KINDS = {
+    "encoder self": "encoder",
+    "decoder self": "decoder",
+    "cross": "cross",
+    "causal self": "causal",
+}
 LONG = (21, 40)  # the lengths of the length-generalisation test
 
 # Learning-rate factor: 0.1 (the default) peaks near the paper's 7e-4 at width 64; the
@@ -163,6 +170,31 @@ def _percent(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+ATTENDED = ("copy", "reverse", "sort-decoder-only", "dates", "sentiment",
+            "length-relative")  # fmt: skip
+
+
+def attention_figures(runs: Path, figures: Path, done: dict[str, dict]) -> None:
+    """The attention maps of the trained models on one held-out example each: one
+    figure per attention kind (its layers as rows), as wide as the page."""
+    for n in ATTENDED:
+        if n not in done:
+            continue
+        run = load_run(runs / n / "checkpoint.pt")
+        example = held_out(done[n]["task"], {**run["data"]}, 1)[0]
+        source = example.source if n != "sentiment" else contrast_examples(2)[1].source
+        prediction, maps = attention_maps(
+            run["model"], run["spec"], run["vocabulary"], source
+        )
+        task = done[n]["task"]
+        title = f"{n}: {detokenize(task, source)!r} → {detokenize(task, prediction)!r}"
+        for kind, slug in ATTENTION_KINDS.items():
+            rows = [m for m in maps if m[0].startswith(kind)]
+            if rows:
+                attention_figure(rows, figures / f"attention-{n}-{slug}.png",
+                                 title=title, width=9.0)  # fmt: skip
+
+
 def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> None:
     figures, tables = (
         docs / "figures" / "workflows",
@@ -241,21 +273,7 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
         figure.savefig(figures / f"{group}.png", dpi=90)
         plt.close(figure)
 
-    # attention maps of the trained models on one held-out example each
-    for n in ("copy", "reverse", "sort", "sort-decoder-only", "dates", "sentiment",
-              "length-relative"):  # fmt: skip
-        if n not in done:
-            continue
-        run = load_run(runs / n / "checkpoint.pt")
-        example = held_out(done[n]["task"], {**run["data"]}, 1)[0]
-        source = example.source if n != "sentiment" else contrast_examples(2)[1].source
-        prediction, maps = attention_maps(
-            run["model"], run["spec"], run["vocabulary"], source
-        )
-        task = done[n]["task"]
-        attention_figure(maps, figures / f"attention-{n}.png",
-                         title=f"{n}: {detokenize(task, source)!r} → "
-                               f"{detokenize(task, prediction)!r}")  # fmt: skip
+    attention_figures(runs, figures, done)
 
     # decoding: greedy, beam and sampling from the dates model
     if "dates" in done:
@@ -297,7 +315,11 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "command", nargs="?", default="all", choices=["train", "report", "all"]
+        "command",
+        nargs="?",
+        default="all",
+        choices=["train", "report", "figures", "all"],
+        help="figures: redraw only the attention maps of the finished runs",
     )
     parser.add_argument(
         "names", nargs="*", help=f"experiments (default all): {list(EXPERIMENTS)}"
@@ -334,6 +356,13 @@ def main(argv: list[str] | None = None) -> None:
             train(names, runs, args.quick, args.force or args.quick, args.resume)
         if args.command in ("report", "all"):
             report(runs, docs, list(EXPERIMENTS), args.quick)
+        if args.command == "figures":
+            finished = {
+                n: json.loads((runs / n / "metrics.json").read_text())
+                for n in ATTENDED
+                if (runs / n / "metrics.json").exists()
+            }
+            attention_figures(runs, docs / "figures" / "workflows", finished)
     torch.set_num_threads(threads)
     print(f"finished in {time.perf_counter() - started:.0f} s")
 

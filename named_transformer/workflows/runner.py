@@ -346,23 +346,39 @@ def attention_maps(
 
 @checked
 def attention_figure(
-    maps: list[AttentionMap], path: str | Path, title: str = ""
+    maps: list[AttentionMap],
+    path: str | Path,
+    title: str = "",
+    width: float | None = None,
 ) -> Path:
     """Draw every (kind, layer) row of ``maps`` with one panel per head; save a PNG.
 
     Rows are attention kinds and layers, columns heads; every panel shares one colour
     scale (weights in [0, 1], one colour bar). Queries ($\\mathsf{seq'}$) run down,
-    keys ($\\mathsf{seq}$) across, labelled with their tokens.
+    keys ($\\mathsf{seq}$) across, labelled with their tokens. ``width`` (inches)
+    fixes the figure's width, e.g. to a page's text column; by default each panel
+    grows with the number of tokens.
     """
     from named_transformer.plot import _pyplot
 
     plt = _pyplot()
     heads = max((m[1].shape[0] for m in maps), default=1)
-    size = max((max(len(m[2]), len(m[3])) for m in maps), default=4)
-    panel = min(max(0.16 * size + 1.0, 2.0), 5.0)
     rows = max(len(maps), 1)
-    figsize = (panel * heads + 1.2, panel * rows + 0.8)
-    figure, axes = plt.subplots(rows, heads, figsize=figsize, squeeze=False)
+    size = max((max(len(m[2]), len(m[3])) for m in maps), default=4)
+    margins = 1.9  # inches: the query labels on the left, the colour bar on the right
+    if width is None:
+        panel = min(max(0.16 * size + 1.0, 2.0), 5.0)
+    else:
+        panel = (width - margins) / heads
+    font = 7 if panel >= 2.5 else 6 if panel >= 1.6 else 5
+    across, down = panel * heads + margins, (panel + 0.9) * rows + 0.8
+    figure, axes = plt.subplots(rows, heads, figsize=(across, down), squeeze=False)
+    figure.subplots_adjust(
+        left=0.8 / across, right=1 - 1.1 / across, bottom=0.9 / down,
+        top=1 - 0.7 / down, wspace=0.12, hspace=0.9 / panel,
+    )  # fmt: skip
+    kinds = {m[0].rsplit(", ", 1)[0] for m in maps}
+    shared = kinds.pop() if len(kinds) == 1 else ""  # one kind: named once, on top
     image = None
     for row, (name, weights, queries, keys) in enumerate(maps):
         for head, ax in enumerate(axes[row]):
@@ -371,22 +387,23 @@ def attention_figure(
                 continue
             grid = weights[head].detach().float().cpu().numpy()
             image = ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-            ax.set_title(f"{name}\nhead {head + 1}", fontsize=7)
-            ax.set_xticks(range(len(keys)), keys, fontsize=5, rotation=90)
-            ax.set_xlabel("seq (keys)", fontsize=6)
+            label = name.removeprefix(f"{shared}, ") if shared else name
+            ax.set_title(f"{label}, head {head + 1}" if head == 0 else
+                         f"head {head + 1}", fontsize=font + 1, loc="left")  # fmt: skip
+            ax.set_xticks(range(len(keys)), keys, fontsize=font, rotation=90)
             if head == 0:  # the query tokens once per row
-                ax.set_yticks(range(len(queries)), queries, fontsize=5)
-                ax.set_ylabel("seq_q (queries)", fontsize=6)
+                ax.set_yticks(range(len(queries)), queries, fontsize=font)
+                ax.set_ylabel("seq_q (queries)", fontsize=font + 1)
+                ax.set_xlabel("seq (keys)", fontsize=font + 1)
             else:
                 ax.set_yticks([])
-    figure.subplots_adjust(left=0.08, right=0.88, bottom=0.06, top=0.9, hspace=0.6)
     if image is not None:
-        bar = figure.add_axes((0.91, 0.3, 0.015, 0.4))
-        figure.colorbar(image, cax=bar, label="attention weight")
-    if title:
-        figure.suptitle(title)
+        bar = figure.add_axes((1 - 0.85 / across, 0.25, 0.12 / across, 0.5))
+        figure.colorbar(image, cax=bar).set_label("attention weight", fontsize=8)
+    if title or shared:
+        figure.suptitle(f"{shared}: {title}" if shared else title, fontsize=9)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=90)
+    figure.savefig(path, dpi=110 if width else 90)
     plt.close(figure)
     return path
