@@ -230,22 +230,8 @@ def _recipe_table() -> str:
     return "\n".join(rows)
 
 
-def parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m named_transformer``."""
-    top = _Parser(
-        prog="python -m named_transformer",
-        description=__doc__.splitlines()[0],
-        formatter_class=_Help,
-    )
-    commands = top.add_subparsers(dest="command", required=True)
+def _train_options(train: argparse.ArgumentParser) -> None:
     recipe = argparse.SUPPRESS  # unset: taken from the task's recipe
-
-    train = commands.add_parser(
-        "train",
-        help="train a model on a generated task",
-        formatter_class=_Help,
-        epilog=_recipe_table(),
-    )
     add = train.add_argument
     add("task", choices=sorted(TASKS), help="the generated task")
     add(
@@ -299,17 +285,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue from OUT/checkpoint.pt (exactly) up to --steps",
     )
-    train.set_defaults(run=_train)  # fmt: skip
 
-    evaluate = commands.add_parser(
-        "evaluate", formatter_class=_Help, help="score a checkpoint on held-out data"
-    )
-    evaluate.add_argument("checkpoint", help="a checkpoint.pt written by train")
-    evaluate.add_argument("--n", type=int, default=1000, help="held-out examples")
-    evaluate.set_defaults(run=_evaluate)
 
-    decode = commands.add_parser("decode", formatter_class=_Help,
-                                 help="decode one input with a checkpoint")  # fmt: skip
+def _decode_options(decode: argparse.ArgumentParser) -> None:
     add = decode.add_argument
     add("checkpoint", help="a checkpoint.pt written by train")
     add("input", help="the text to read, as the task writes it")
@@ -324,7 +302,37 @@ def parser() -> argparse.ArgumentParser:
     add("--temperature", type=float, default=1.0, help="sampling T = 1/β")
     add("--top-k", type=int, default=None, help="sample among the k likeliest")
     add("--seed", type=int, default=0, help="seeds the sampling")
-    decode.set_defaults(run=_decode)  # fmt: skip
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m named_transformer``."""
+    top = _Parser(
+        prog="python -m named_transformer",
+        description=__doc__.splitlines()[0],
+        formatter_class=_Help,
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser(
+        "train",
+        help="train a model on a generated task",
+        formatter_class=_Help,
+        epilog=_recipe_table(),
+    )
+    _train_options(train)
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser(
+        "evaluate", formatter_class=_Help, help="score a checkpoint on held-out data"
+    )
+    evaluate.add_argument("checkpoint", help="a checkpoint.pt written by train")
+    evaluate.add_argument("--n", type=int, default=1000, help="held-out examples")
+    evaluate.set_defaults(run=_evaluate)
+
+    decode = commands.add_parser("decode", formatter_class=_Help,
+                                 help="decode one input with a checkpoint")  # fmt: skip
+    _decode_options(decode)
+    decode.set_defaults(run=_decode)
 
     for command in (train, evaluate, decode):
         add = command.add_argument
