@@ -187,7 +187,8 @@ def attention_figures(runs: Path, figures: Path, done: dict[str, dict]) -> None:
             run["model"], run["spec"], run["vocabulary"], source
         )
         task = done[n]["task"]
-        title = f"{n}: {detokenize(task, source)!r} → {detokenize(task, prediction)!r}"
+        reads, writes = detokenize(task, source), detokenize(task, prediction)
+        title = f"{n}: {reads!r} → {writes!r}"
         for kind, slug in ATTENTION_KINDS.items():
             rows = [m for m in maps if m[0].startswith(kind)]
             if rows:
