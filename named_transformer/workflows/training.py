@@ -195,13 +195,17 @@ class _Progress:
 
 
 class _Interrupt:
-    """Ctrl-C while training: finish the step, then stop (a second Ctrl-C stops now)."""
+    """Ctrl-C while training: finish the step, then stop (a second Ctrl-C stops now).
 
-    def __init__(self) -> None:
-        self.requested, self.previous = False, None
+    One process only: under ``torchrun`` the ranks would stop at different steps and
+    leave each other waiting in a collective, so Ctrl-C keeps its usual meaning there.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.requested, self.previous, self.enabled = False, None, enabled
 
     def __enter__(self) -> _Interrupt:
-        if threading.current_thread() is threading.main_thread():
+        if self.enabled and threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGINT, self._request)
         return self
 
@@ -323,7 +327,7 @@ class Trainer:
             self.config.steps, self.step, self.config.progress and self.rank == 0
         )
         seen_tokens, started = 0, time.perf_counter()
-        with _Interrupt() as interrupt:
+        with _Interrupt(enabled=self.world == 1) as interrupt:
             while self.step < until:
                 lr = self.scheduler.get_last_lr()[0]
                 loss, tokens = self.train_step()
