@@ -10,6 +10,10 @@ $b^2 \in \mathbb R^{\mathsf{layer}}$ (the paper's appendix misprints
 $b^2 \in \mathbb R^{\mathsf{hidden}}$). Nothing here names $\mathsf{seq}$, so the same
 network is applied at every position: it equals a kernel-size-1 convolution, the NYU
 notes' "1D-convolution".
+
+The paper's activation is ReLU; BERT uses GELU, $X \odot \Phi(X)$ with $\Phi$ the
+standard normal distribution function; GPT-2 its tanh approximation; LLaMA-style models
+SiLU. Models without biases (``bias=False``) drop $b^1, b^2$.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from einops import einsum
 from jaxtyping import Float
 from torch import Tensor
 
 from named_transformer.axes import checked
 
-__all__ = ["feed_forward", "relu"]
+__all__ = ["feed_forward", "gelu", "gelu_tanh", "relu", "silu"]
 
 
 # --8<-- [start:relu]
@@ -68,22 +73,52 @@ class _ReLU(torch.autograd.Function):
 # --8<-- [end:relu]
 
 
+# --8<-- [start:gelu]
+@checked
+def gelu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden"]:
+    r"""$\operatorname{gelu}(X) = X \odot \Phi(X)
+    = X \odot \tfrac12\left(1 + \operatorname{erf}(X/\sqrt 2)\right)$ (BERT)."""
+    return F.gelu(inputs)
+
+
+@checked
+def gelu_tanh(
+    inputs: Float[Tensor, "*batch hidden"],
+) -> Float[Tensor, "*batch hidden"]:
+    r"""GELU with $\Phi$ approximated by tanh (GPT-2's ``gelu_new``):
+
+    $$X \odot \tfrac12\left(1 + \tanh\left(\sqrt{2/\pi}\,
+      (X + 0.044715\,X^3)\right)\right).$$
+    """
+    return F.gelu(inputs, approximate="tanh")
+
+
+@checked
+def silu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden"]:
+    r"""$\operatorname{silu}(X) = X \odot \sigma(X)$, the logistic sigmoid
+    gating its own input."""
+    return F.silu(inputs)
+
+
+# --8<-- [end:gelu]
+
+
 # --8<-- [start:feed_forward]
 @checked
 def feed_forward(
     inputs: Float[Tensor, "*batch layer"],
     w1: Float[Tensor, "hidden layer"],
-    b1: Float[Tensor, " hidden"],
+    b1: Float[Tensor, " hidden"] | None,
     w2: Float[Tensor, "layer hidden"],
-    b2: Float[Tensor, " layer"],
+    b2: Float[Tensor, " layer"] | None,
     activation: Callable[[Tensor], Tensor] = relu,
 ) -> Float[Tensor, "*batch layer"]:
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$
-    (``activation`` may be GELU)."""
-    hidden = activation(
-        einsum(inputs, w1, "... layer, hidden layer -> ... hidden") + b1
-    )
-    return einsum(hidden, w2, "... hidden, layer hidden -> ... layer") + b2
+    (``activation`` may be GELU or SiLU; a bias of None is left out)."""
+    hidden = einsum(inputs, w1, "... layer, hidden layer -> ... hidden")
+    hidden = activation(hidden if b1 is None else hidden + b1)
+    outputs = einsum(hidden, w2, "... hidden, layer hidden -> ... layer")
+    return outputs if b2 is None else outputs + b2
 
 
 # --8<-- [end:feed_forward]

@@ -92,10 +92,13 @@ class _Standardize(torch.autograd.Function):
 def layer_norm(
     inputs: Float[Tensor, "*batch layer"],
     gamma: Float[Tensor, " layer"],
-    beta: Float[Tensor, " layer"],
+    beta: Float[Tensor, " layer"] | None,
     eps: float = 1e-5,
 ) -> Float[Tensor, "*batch layer"]:
-    r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$."""
+    r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$ ($\beta$ None: no
+    shift, as PyTorch's ``bias=False``)."""
+    if beta is None:
+        return standardize(inputs, eps) * gamma
     # beta + x̂ ⊙ gamma, one pass
     return torch.addcmul(beta, standardize(inputs, eps), gamma)
 

@@ -11,7 +11,8 @@ dropout 0.3.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+
+from named_transformer.models.sublayers import ACTIVATIONS, Activation
 
 __all__ = ["TransformerConfig"]
 
@@ -27,7 +28,7 @@ class TransformerConfig:
     heads: int = 8
     hidden: int = 2048
     dropout: float = 0.1
-    activation: Literal["relu", "gelu"] = "relu"
+    activation: Activation = "relu"
     norm_first: bool = False  # post-norm, as the paper; True = pre-norm
     # a LayerNorm after each stack; None = same as norm_first
     final_norm: bool | None = None
@@ -49,9 +50,10 @@ class TransformerConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.activation not in ("relu", "gelu"):
+        if self.activation not in ACTIVATIONS:
             raise ValueError(
-                f"activation must be 'relu' or 'gelu', got {self.activation!r}"
+                f"activation must be one of {sorted(ACTIVATIONS)}, "
+                f"got {self.activation!r}"
             )
         if self.eps <= 0:
             raise ValueError(f"eps must be positive, got {self.eps}")

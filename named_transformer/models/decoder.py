@@ -17,8 +17,6 @@ target position may look at every (non-padded) source position.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
@@ -26,7 +24,7 @@ from named_transformer.axes import checked
 from named_transformer.models.encoder import _recording, _Stack
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
-from named_transformer.models.sublayers import FeedForward, Residual
+from named_transformer.models.sublayers import Activation, FeedForward, Residual
 
 __all__ = ["Decoder", "DecoderLayer"]
 
@@ -46,7 +44,7 @@ class DecoderLayer(CountsParameters, nn.Module):
         *,
         memory: int | None = None,
         dropout: float = 0.1,
-        activation: Literal["relu", "gelu"] = "relu",
+        activation: Activation = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
         fused_attention: bool = False,

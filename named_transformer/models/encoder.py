@@ -17,7 +17,6 @@ With a causal mask the same layer is the block of a decoder-only language model 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
@@ -25,7 +24,12 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
-from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.models.sublayers import (
+    Activation,
+    FeedForward,
+    LayerNorm,
+    Residual,
+)
 
 __all__ = ["Encoder", "EncoderLayer"]
 
@@ -64,7 +68,7 @@ class EncoderLayer(CountsParameters, nn.Module):
         hidden: int = 2048,
         *,
         dropout: float = 0.1,
-        activation: Literal["relu", "gelu"] = "relu",
+        activation: Activation = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
         fused_attention: bool = False,

@@ -26,32 +26,40 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.core.dropout import dropout
-from named_transformer.core.feedforward import feed_forward, relu
+from named_transformer.core.feedforward import feed_forward, gelu, gelu_tanh, relu, silu
 from named_transformer.core.norm import layer_norm
 
-__all__ = ["ACTIVATIONS", "FeedForward", "LayerNorm", "Residual"]
+__all__ = ["ACTIVATIONS", "Activation", "FeedForward", "LayerNorm", "Residual"]
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": relu, "gelu": F.gelu}
-"""The feed-forward activations by name: ``relu`` (the paper) and ``gelu`` (BERT,
-GPT)."""
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": relu,
+    "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
+    "silu": silu,
+}
+"""The feed-forward activations by name: ``relu`` (the paper), ``gelu`` (BERT),
+``gelu_tanh`` (GPT-2's ``gelu_new``) and ``silu``."""
 
 
 # --8<-- [start:LayerNorm]
 class LayerNorm(nn.Module):
     r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$ with learned
-    $\gamma, \beta$."""
+    $\gamma, \beta$ (no $\beta$ with ``bias=False``).
 
-    def __init__(self, layer: int, eps: float = 1e-5) -> None:
+    ``eps`` is the model's: $10^{-5}$ in PyTorch and GPT-2, $10^{-12}$ in BERT.
+    """
+
+    def __init__(self, layer: int, eps: float = 1e-5, *, bias: bool = True) -> None:
         super().__init__()
         self.eps = eps
         self.gamma = nn.Parameter(torch.ones(layer))
-        self.beta = nn.Parameter(torch.zeros(layer))
+        self.beta = nn.Parameter(torch.zeros(layer)) if bias else None
 
     @checked
     def forward(
@@ -68,8 +76,9 @@ class FeedForward(nn.Module):
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ at every
     position.
 
-    ``activation`` is ``"relu"`` (paper) or ``"gelu"``. ``dropout`` drops hidden units
-    after the activation, where PyTorch's ``TransformerEncoderLayer`` does.
+    ``activation`` names one of :data:`ACTIVATIONS` (the paper's is ``"relu"``).
+    ``dropout`` drops hidden units after the activation, where PyTorch's
+    ``TransformerEncoderLayer`` does. ``bias=False`` leaves out $b^1$ and $b^2$.
     """
 
     def __init__(
@@ -77,8 +86,9 @@ class FeedForward(nn.Module):
         layer: int,
         hidden: int,
         *,
-        activation: Literal["relu", "gelu"] = "relu",
+        activation: Activation = "relu",
         dropout: float = 0.0,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -88,9 +98,12 @@ class FeedForward(nn.Module):
         self.activation, self.dropout = activation, dropout
         bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
         self.w1 = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
+        # registered in the order w1, b1, w2, b2 that saved optimizer states expect
         self.b1 = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
         self.w2 = nn.Parameter(torch.empty(layer, hidden).uniform_(-bound2, bound2))
         self.b2 = nn.Parameter(torch.empty(layer).uniform_(-bound2, bound2))
+        if not bias:
+            self.b1 = self.b2 = None
 
     def _activate(self, hidden: Tensor) -> Tensor:
         hidden = ACTIVATIONS[self.activation](hidden)
