@@ -6,6 +6,8 @@ $\sqrt{|\mathsf{layer}|}$ (paper A.1):
 
 $$W = (E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}, \qquad X^0 = W + P.$$
 
+BERT and GPT-2 do not scale (``scale=False``): $W = E \ndot{vocab} I$.
+
 Contracting with a one-hot vector is indexing, so the code looks the row up
 (``table[tokens]``) instead of building $I$. The output layer may reuse $E$ (*tied*
 embeddings): $\nfun{vocab}{softmax}(E \ndot{layer} X^L)$, see
@@ -43,8 +45,10 @@ __all__ = [
 def embed(
     tokens: Int[Tensor, "*batch seq"],
     table: Float[Tensor, "vocab layer"],
+    scale: bool = True,
 ) -> Float[Tensor, "*batch seq layer"]:
-    r"""$(E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}$, computed as a row lookup.
+    r"""$(E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}$, computed as a row lookup
+    (without the factor when ``scale=False``).
 
     With shape checks on, a token id outside ``0 … |vocab| - 1`` raises ``ValueError``
     naming it (a one-hot vector $I$ has no row for it).
@@ -57,7 +61,8 @@ def embed(
                 f"token id {bad} in argument 'tokens' is outside the vocabulary of "
                 f"{table.shape[0]} tokens (ids 0 to {table.shape[0] - 1})"
             )
-    return table[tokens] * math.sqrt(table.shape[-1])
+    rows = table[tokens]
+    return rows * math.sqrt(table.shape[-1]) if scale else rows
 
 
 # --8<-- [end:embed]
@@ -66,20 +71,21 @@ def embed(
 # --8<-- [start:TokenEmbedding]
 class TokenEmbedding(nn.Module):
     r"""$E \in \mathbb R^{\mathsf{vocab} \times \mathsf{layer}}$, its rows scaled by
-    $\sqrt{|\mathsf{layer}|}$.
+    $\sqrt{|\mathsf{layer}|}$ (not with ``scale=False``: BERT, GPT-2).
 
     Initialised $\mathcal N(0, 1/|\mathsf{layer}|)$: after scaling, unit variance.
     """
 
-    def __init__(self, vocab: int, layer: int) -> None:
+    def __init__(self, vocab: int, layer: int, *, scale: bool = True) -> None:
         super().__init__()
+        self.scale = scale
         self.table = nn.Parameter(torch.randn(vocab, layer) / math.sqrt(layer))
 
     @checked
     def forward(
         self, tokens: Int[Tensor, "*batch seq"]
     ) -> Float[Tensor, "*batch seq layer"]:
-        return embed(tokens, self.table)
+        return embed(tokens, self.table, self.scale)
 
 
 # --8<-- [end:TokenEmbedding]

@@ -11,6 +11,11 @@ $$\begin{aligned}
 With no encoder there is nothing to cross-attend, so a block is an encoder layer
 (self-attention, feed-forward) under the causal mask. The output reuses the embedding
 table $E$ (tied embeddings).
+
+GPT-2 is this model with learned positions, no $\sqrt{|\mathsf{layer}|}$ scale,
+pre-norm blocks with a final LayerNorm and the tanh GELU:
+``LanguageModel(vocab, TransformerConfig(norm_first=True, activation="gelu_tanh"),
+positions="learned", scale_embeddings=False)``.
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ class LanguageModel(CountsParameters, nn.Module):
     r"""Token embeddings, ``config.decoder_layers`` causal blocks, a tied generator.
 
     ``positions`` is ``"sinusoidal"`` (the paper) or ``"learned"`` (GPT-2; then at most
-    ``max_positions`` tokens).
+    ``max_positions`` tokens). ``scale_embeddings=False`` drops the
+    $\sqrt{|\mathsf{layer}|}$ factor (GPT-2). ``tie_output=False`` gives the output
+    its own table, with a bias unless ``output_bias=False`` (GPT-2's untied head has
+    none).
     """
 
     def __init__(
@@ -51,10 +59,12 @@ class LanguageModel(CountsParameters, nn.Module):
         positions: Literal["sinusoidal", "learned"] = "sinusoidal",
         max_positions: int = 1024,
         tie_output: bool = True,
+        output_bias: bool | None = None,
+        scale_embeddings: bool = True,
     ) -> None:
         super().__init__()
         self.config = c = TransformerConfig.base() if config is None else config
-        self.embedding = TokenEmbedding(vocab, c.layer)
+        self.embedding = TokenEmbedding(vocab, c.layer, scale=scale_embeddings)
         if positions == "sinusoidal":
             self.positions = SinusoidalPositions(c.layer, dropout=c.dropout)
         elif positions == "learned":
@@ -68,7 +78,8 @@ class LanguageModel(CountsParameters, nn.Module):
             final_norm=c.has_final_norm, **c.layer_options(),
         )  # fmt: skip
         table = self.embedding.table if tie_output else None
-        self.generator = Generator(c.layer, vocab, table=table, bias=not tie_output)
+        bias = not tie_output if output_bias is None else output_bias
+        self.generator = Generator(c.layer, vocab, table=table, bias=bias)
 
     @checked
     def forward(
@@ -82,12 +93,25 @@ class LanguageModel(CountsParameters, nn.Module):
     ):
         """Log-probabilities of the next token at every position (and per-layer
         weights)."""
+        if need_weights:
+            hidden, weights = self.hidden_states(tokens, need_weights=True)
+            return self.generator(hidden), weights
+        return self.generator(self.hidden_states(tokens))
+
+    @checked
+    def hidden_states(
+        self, tokens: Int[Tensor, "*batch seq"], need_weights: bool = False
+    ) -> (
+        Float[Tensor, "*batch seq layer"]
+        | tuple[
+            Float[Tensor, "*batch seq layer"],
+            list[Float[Tensor, "*batch heads seq seq"]],
+        ]
+    ):
+        """$X^L$, the last block's output (after the final LayerNorm, if any)."""
         mask = causal_mask(tokens.shape[-1], device=tokens.device)
         embedded = self.positions(self.embedding(tokens))
-        if need_weights:
-            hidden, weights = self.blocks(embedded, mask, need_weights=True)
-            return self.generator(hidden), weights
-        return self.generator(self.blocks(embedded, mask))
+        return self.blocks(embedded, mask, need_weights)
 
 
 # --8<-- [end:LanguageModel]

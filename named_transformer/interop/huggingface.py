@@ -1,0 +1,415 @@
+r"""Hugging Face checkpoints of BERT and GPT-2 as the library's named modules.
+
+A checkpoint is a dictionary from tensor names to tensors, laid out for the reference
+implementation's matrix products. Each tensor is one of the named weights, or several
+stacked; the conversion is a table from each name to the named weight(s) it holds and
+the ``rearrange`` pattern that names its axes (:func:`checkpoint_names`). The pattern
+read backwards converts the other way (:func:`to_huggingface`).
+
+BERT keeps $W^Q$ as ``query.weight`` $\in \mathbb R^{(\mathsf{heads}\cdot
+\mathsf{key}) \times \mathsf{layer}}$ (``nn.Linear``: output rows). GPT-2 stacks the
+three projections in one ``Conv1D`` (input rows) of $\mathsf{layer} \times
+3|\mathsf{layer}|$:
+
+$$\texttt{c\_attn.weight} \in \mathbb R^{\mathsf{layer} \times
+  (\mathsf{three} \cdot \mathsf{heads} \cdot \mathsf{key})}
+  \;\longrightarrow\;
+  W^Q, W^K, W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times
+  \mathsf{key}}.$$
+
+``transformers`` is needed only to pass its model objects or to build them
+(:func:`to_huggingface`); a config dictionary and a state dictionary convert without
+it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.text_encoder import TextEncoder
+
+__all__ = ["checkpoint_names", "from_huggingface", "to_huggingface"]
+
+
+# --8<-- [start:checkpoint_names]
+@dataclass(frozen=True)
+class _Name:
+    """One checkpoint tensor (``{i}`` = layer number) and the named weights it holds."""
+
+    theirs: str
+    ours: tuple[str, ...]
+    pattern: str  # their axes -> our axes; a leading "three" axis = several of ours
+
+
+def _layers(names: list[_Name], count: int) -> list[_Name]:
+    """The table with ``{i}`` filled in for each of ``count`` layers."""
+    return [
+        _Name(n.theirs.format(i=i), tuple(o.format(i=i) for o in n.ours), n.pattern)
+        for i in range(count)
+        for n in names
+    ]
+
+
+_BLOCK = "blocks.layers.{i}."
+_ATT = _BLOCK + "self_attention."
+_FFN = _BLOCK + "feed_forward."
+_NORM1 = _BLOCK + "attention_residual.norm."
+_NORM2 = _BLOCK + "feed_forward_residual.norm."
+_SAME, _VECTOR = "vocab layer -> vocab layer", "layer -> layer"
+_SQUARE = "layer_out layer -> layer_out layer"
+
+_BERT_EMBEDDINGS = [
+    _Name("embeddings.word_embeddings.weight", ("embedding.table",), _SAME),
+    _Name("embeddings.position_embeddings.weight", ("positions.table",), _SAME),
+    _Name("embeddings.token_type_embeddings.weight", ("types.table",), _SAME),
+    _Name("embeddings.LayerNorm.weight", ("embedding_norm.gamma",), _VECTOR),
+    _Name("embeddings.LayerNorm.bias", ("embedding_norm.beta",), _VECTOR),
+]
+_BERT_LAYER = [
+    _Name(f"encoder.layer.{{i}}.attention.self.{name}.weight", (_ATT + f"w_{x}",),
+          f"(heads {axis}) layer -> heads layer {axis}")
+    for name, x, axis in (("query", "q", "key"), ("key", "k", "key"),
+                          ("value", "v", "val"))
+] + [
+    _Name(f"encoder.layer.{{i}}.attention.self.{name}.bias", (_ATT + f"b_{x}",),
+          f"(heads {axis}) -> heads {axis}")
+    for name, x, axis in (("query", "q", "key"), ("key", "k", "key"),
+                          ("value", "v", "val"))
+] + [
+    _Name("encoder.layer.{i}.attention.output.dense.weight", (_ATT + "w_o",),
+          "layer (heads val) -> heads val layer"),
+    _Name("encoder.layer.{i}.attention.output.dense.bias", (_ATT + "b_o",), _VECTOR),
+    _Name("encoder.layer.{i}.attention.output.LayerNorm.weight", (_NORM1 + "gamma",),
+          _VECTOR),
+    _Name("encoder.layer.{i}.attention.output.LayerNorm.bias", (_NORM1 + "beta",),
+          _VECTOR),
+    _Name("encoder.layer.{i}.intermediate.dense.weight", (_FFN + "w1",),
+          "hidden layer -> hidden layer"),
+    _Name("encoder.layer.{i}.intermediate.dense.bias", (_FFN + "b1",),
+          "hidden -> hidden"),
+    _Name("encoder.layer.{i}.output.dense.weight", (_FFN + "w2",),
+          "layer hidden -> layer hidden"),
+    _Name("encoder.layer.{i}.output.dense.bias", (_FFN + "b2",), _VECTOR),
+    _Name("encoder.layer.{i}.output.LayerNorm.weight", (_NORM2 + "gamma",), _VECTOR),
+    _Name("encoder.layer.{i}.output.LayerNorm.bias", (_NORM2 + "beta",), _VECTOR),
+]  # fmt: skip
+_BERT_POOLER = [
+    _Name("pooler.dense.weight", ("pooler.weight",), _SQUARE),
+    _Name("pooler.dense.bias", ("pooler.bias",), _VECTOR),
+]  # fmt: skip
+_BERT_HEAD = [
+    _Name("cls.predictions.transform.dense.weight", ("head.weight",), _SQUARE),
+    _Name("cls.predictions.transform.dense.bias", ("head.bias",), _VECTOR),
+    _Name("cls.predictions.transform.LayerNorm.weight", ("head.norm.gamma",), _VECTOR),
+    _Name("cls.predictions.transform.LayerNorm.bias", ("head.norm.beta",), _VECTOR),
+    _Name("cls.predictions.bias", ("head.generator.bias",), "vocab -> vocab"),
+]  # fmt: skip
+_GPT2_EMBEDDINGS = [
+    _Name("wte.weight", ("embedding.table",), _SAME),
+    _Name("wpe.weight", ("positions.table",), _SAME),
+]
+_GPT2_LAYER = [
+    _Name("h.{i}.ln_1.weight", (_NORM1 + "gamma",), _VECTOR),
+    _Name("h.{i}.ln_1.bias", (_NORM1 + "beta",), _VECTOR),
+    _Name("h.{i}.attn.c_attn.weight", tuple(_ATT + f"w_{x}" for x in "qkv"),
+          "layer (three heads key) -> three heads layer key"),
+    _Name("h.{i}.attn.c_attn.bias", tuple(_ATT + f"b_{x}" for x in "qkv"),
+          "(three heads key) -> three heads key"),
+    _Name("h.{i}.attn.c_proj.weight", (_ATT + "w_o",),
+          "(heads val) layer -> heads val layer"),
+    _Name("h.{i}.attn.c_proj.bias", (_ATT + "b_o",), _VECTOR),
+    _Name("h.{i}.ln_2.weight", (_NORM2 + "gamma",), _VECTOR),
+    _Name("h.{i}.ln_2.bias", (_NORM2 + "beta",), _VECTOR),
+    _Name("h.{i}.mlp.c_fc.weight", (_FFN + "w1",), "layer hidden -> hidden layer"),
+    _Name("h.{i}.mlp.c_fc.bias", (_FFN + "b1",), "hidden -> hidden"),
+    _Name("h.{i}.mlp.c_proj.weight", (_FFN + "w2",), "hidden layer -> layer hidden"),
+    _Name("h.{i}.mlp.c_proj.bias", (_FFN + "b2",), _VECTOR),
+]  # fmt: skip
+_GPT2_FINAL = [
+    _Name("ln_f.weight", ("blocks.norm.gamma",), _VECTOR),
+    _Name("ln_f.bias", ("blocks.norm.beta",), _VECTOR),
+]
+
+
+def checkpoint_names(family: str) -> list[tuple[str, str, str]]:
+    """(their name, our weight(s), pattern) for ``"bert"`` or ``"gpt2"``, ``{i}`` for
+    the layer number: the table the conversion follows."""
+    tables = {
+        "bert": _BERT_EMBEDDINGS + _BERT_LAYER + _BERT_POOLER + _BERT_HEAD,
+        "gpt2": _GPT2_EMBEDDINGS + _GPT2_LAYER + _GPT2_FINAL,
+    }
+    if family not in tables:
+        raise ValueError(f"family must be 'bert' or 'gpt2', got {family!r}")
+    return [(n.theirs, ", ".join(n.ours), n.pattern) for n in tables[family]]
+
+
+# --8<-- [end:checkpoint_names]
+
+
+def _bert_names(model: TextEncoder) -> list[_Name]:
+    names = _BERT_EMBEDDINGS + _layers(_BERT_LAYER, model.config.encoder_layers)
+    if model.types is None:
+        names = [n for n in names if not n.ours[0].startswith("types.")]
+    if model.pooler is not None:
+        names = names + _BERT_POOLER
+    return names + (_BERT_HEAD if model.head is not None else [])
+
+
+def _gpt2_names(model: LanguageModel) -> list[_Name]:
+    names = _GPT2_EMBEDDINGS + _layers(_GPT2_LAYER, model.config.decoder_layers)
+    if model.generator.table is not model.embedding.table:
+        names = names + [_Name("lm_head.weight", ("generator.table",), _SAME)]
+    return names + _GPT2_FINAL
+
+
+# their activation names -> ours; the first of each is what to_huggingface writes
+_ACTIVATIONS = {
+    "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu", "silu": "silu", "swish": "silu",
+}  # fmt: skip
+_THEIR_ACTIVATIONS = {ours: theirs for theirs, ours in reversed(_ACTIVATIONS.items())}
+# buffers some checkpoints carry: recomputed here, not weights
+_BUFFERS = re.compile(
+    r"(embeddings\.(position_ids|token_type_ids)|h\.\d+\.attn\.(masked_)?bias)$"
+)
+# names that repeat another tensor of a tied model: checked equal, not loaded twice
+_TIED = {
+    "cls.predictions.decoder.weight": "embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+    "lm_head.weight": "wte.weight",
+}
+
+
+def _activation(name: str) -> str:
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"activation {name!r} has no named counterpart")
+    return _ACTIVATIONS[name]
+
+
+def _refuse(config: dict, **supported) -> None:
+    for key, value in supported.items():
+        if config.get(key, value) != value:
+            raise ValueError(f"config {key}={config[key]!r} does not convert")
+
+
+def _bert(config: dict, theirs: set[str]) -> TextEncoder:
+    _refuse(config, position_embedding_type="absolute", is_decoder=False,
+            add_cross_attention=False)  # fmt: skip
+    options = TransformerConfig(
+        encoder_layers=config["num_hidden_layers"], decoder_layers=1,
+        layer=config["hidden_size"], heads=config["num_attention_heads"],
+        hidden=config["intermediate_size"],
+        dropout=config.get("hidden_dropout_prob", 0.1),
+        activation=_activation(config.get("hidden_act", "gelu")),
+        eps=config.get("layer_norm_eps", 1e-12),
+    )  # fmt: skip
+    return TextEncoder(
+        config["vocab_size"], options, max_positions=config["max_position_embeddings"],
+        types=config.get("type_vocab_size", 2),
+        pooler=any(name.startswith("pooler.") for name in theirs),
+        head=any(name.startswith("cls.") for name in theirs),
+    )  # fmt: skip
+
+
+def _gpt2(config: dict, theirs: set[str]) -> LanguageModel:
+    _refuse(config, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
+            add_cross_attention=False)  # fmt: skip
+    layer = config["n_embd"]
+    options = TransformerConfig(
+        encoder_layers=1, decoder_layers=config["n_layer"], layer=layer,
+        heads=config["n_head"], hidden=config.get("n_inner") or 4 * layer,
+        dropout=config.get("resid_pdrop", 0.1),
+        activation=_activation(config.get("activation_function", "gelu_new")),
+        norm_first=True, final_norm=True, eps=config.get("layer_norm_epsilon", 1e-5),
+    )  # fmt: skip
+    return LanguageModel(
+        config["vocab_size"], options, positions="learned",
+        max_positions=config["n_positions"], scale_embeddings=False,
+        tie_output=config.get("tie_word_embeddings", True), output_bias=False,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Family:
+    build: Callable[[dict, set[str]], nn.Module]
+    names: Callable[[nn.Module], list[_Name]]
+    prefix: str  # of the body's names inside the model with a head
+
+
+_FAMILIES = {
+    "bert": _Family(_bert, _bert_names, "bert."),
+    "gpt2": _Family(_gpt2, _gpt2_names, "transformer."),
+}
+
+
+def _axis_sizes(pattern: str, ours: list[Tensor]) -> dict[str, int]:
+    """Sizes of the named axes on our side of ``pattern``."""
+    axes = pattern.split("->")[1].split()
+    shape = (len(ours), *ours[0].shape) if len(ours) > 1 else tuple(ours[0].shape)
+    return dict(zip(axes, shape, strict=True))
+
+
+def _theirs(name: _Name, ours: list[Tensor]) -> Tensor:
+    """Our weight(s) laid out as the checkpoint tensor: the pattern backwards."""
+    left, right = name.pattern.split("->")
+    stacked = ours[0] if len(ours) == 1 else torch.stack(ours)
+    return rearrange(stacked, f"{right} -> {left}")
+
+
+def _fit(name: _Name, tensor: Tensor, ours: list[Tensor]) -> list[Tensor]:
+    """The checkpoint tensor as our weight(s), or a ValueError naming it."""
+    expected = tuple(_theirs(name, ours).shape)
+    sizes = _axis_sizes(name.pattern, ours)
+    if tuple(tensor.shape) != expected:
+        named = ", ".join(f"{axis}={size}" for axis, size in sizes.items())
+        left, right = (side.strip() for side in name.pattern.split("->"))
+        raise ValueError(
+            f"checkpoint tensor {name.theirs!r} has shape {tuple(tensor.shape)}, "
+            f"expected {expected} = ({left}) with {named}, "
+            f"for {', '.join(name.ours)} ({right})"
+        )
+    sizes.pop("three", None)
+    converted = rearrange(tensor, name.pattern, **sizes)
+    return [converted] if len(ours) == 1 else list(converted)
+
+
+def _parameters(model: nn.Module, name: _Name) -> list[Tensor]:
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    return [parameters[o] for o in name.ours]
+
+
+# --8<-- [start:from_huggingface]
+def from_huggingface(
+    model, state_dict: Mapping[str, Tensor] | None = None
+) -> TextEncoder | LanguageModel:
+    """A ``transformers`` BERT or GPT-2 model as the named modules, weights copied.
+
+    ``model`` is a ``BertModel``, ``BertForMaskedLM``, ``GPT2Model`` or
+    ``GPT2LMHeadModel``; or its config (object or dictionary) with ``state_dict``.
+    BERT becomes a :class:`~named_transformer.models.text_encoder.TextEncoder` (with
+    pooler and head when the checkpoint has them), GPT-2 a
+    :class:`~named_transformer.models.language_model.LanguageModel`, in the
+    checkpoint's dtype and eval mode. A tensor that does not fit raises ValueError
+    naming it, its shape and the named shape expected; so do missing and unknown
+    tensors.
+    """
+    if state_dict is None:
+        state_dict, model = model.state_dict(), model.config
+    config = dict(model) if isinstance(model, Mapping) else model.to_dict()
+    family = _FAMILIES.get(config.get("model_type"))
+    if family is None:
+        raise ValueError(
+            f"model_type {config.get('model_type')!r} does not convert: "
+            "bert and gpt2 do"
+        )
+    theirs = {k.removeprefix(family.prefix): v for k, v in state_dict.items()}
+    theirs = {k: v for k, v in theirs.items() if not _BUFFERS.search(k)}
+    ours = family.build(config, set(theirs))
+    names = family.names(ours)
+    dtype = next(v.dtype for v in theirs.values() if v.is_floating_point())
+    ours = ours.to(dtype).eval()
+    expected = {name.theirs for name in names}
+    if missing := sorted(expected - set(theirs)):
+        raise ValueError(f"checkpoint has no tensor {missing[0]!r}")
+    for name, tied_to in _TIED.items():
+        if name in theirs and name not in expected:
+            if not torch.equal(theirs.pop(name), theirs[tied_to]):
+                raise ValueError(f"checkpoint tensor {name!r} is not {tied_to!r}")
+    if unknown := sorted(set(theirs) - expected):
+        raise ValueError(f"checkpoint tensor {unknown[0]!r} has no named counterpart")
+    with torch.no_grad():
+        for name in names:
+            targets = _parameters(ours, name)
+            for target, value in zip(
+                targets, _fit(name, theirs[name.theirs], targets), strict=True
+            ):
+                target.copy_(value)
+    return ours
+
+
+# --8<-- [end:from_huggingface]
+
+
+def _check(condition: bool, why: str) -> None:
+    if not condition:
+        raise ValueError(f"does not convert to transformers: {why}")
+
+
+def _bert_config(ours: TextEncoder) -> dict:
+    c = ours.config
+    _check(not c.norm_first and not c.has_final_norm, "BERT's layers are post-norm")
+    _check(ours.pooler is None or ours.head is None, "a pooler and a head together")
+    return dict(
+        vocab_size=ours.embedding.table.shape[0], hidden_size=c.layer,
+        num_hidden_layers=c.encoder_layers, num_attention_heads=c.heads,
+        intermediate_size=c.hidden, hidden_act=_THEIR_ACTIVATIONS[c.activation],
+        hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.dropout,
+        max_position_embeddings=ours.positions.table.shape[0],
+        type_vocab_size=0 if ours.types is None else ours.types.table.shape[0],
+        layer_norm_eps=c.eps,
+    )  # fmt: skip
+
+
+def _gpt2_config(ours: LanguageModel) -> dict:
+    c = ours.config
+    _check(hasattr(ours.positions, "table"), "GPT-2's positions are learned")
+    _check(not ours.embedding.scale, "GPT-2 does not scale its embeddings")
+    _check(c.norm_first and c.has_final_norm, "GPT-2 is pre-norm with a final norm")
+    _check(ours.generator.bias is None, "GPT-2's output has no bias")
+    return dict(
+        vocab_size=ours.embedding.table.shape[0],
+        n_positions=ours.positions.table.shape[0], n_embd=c.layer,
+        n_layer=c.decoder_layers, n_head=c.heads, n_inner=c.hidden,
+        activation_function=_THEIR_ACTIVATIONS[c.activation],
+        resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
+        layer_norm_epsilon=c.eps,
+        tie_word_embeddings=ours.generator.table is ours.embedding.table,
+    )  # fmt: skip
+
+
+# --8<-- [start:to_huggingface]
+def to_huggingface(model: TextEncoder | LanguageModel) -> nn.Module:
+    """The ``transformers`` model with the same weights: a ``BertModel`` (or
+    ``BertForMaskedLM`` with a head) or a ``GPT2LMHeadModel``, in eval mode.
+
+    Each tensor is our weight laid out by the pattern of :func:`checkpoint_names` read
+    backwards. A model the reference cannot express (pre-norm BERT, sinusoidal GPT-2,
+    ...) raises ValueError saying why.
+    """
+    import transformers as hf
+
+    if isinstance(model, TextEncoder):
+        family, config = _FAMILIES["bert"], hf.BertConfig(**_bert_config(model))
+        if model.head is not None:
+            theirs = hf.BertForMaskedLM(config)
+        else:
+            theirs = hf.BertModel(config, add_pooling_layer=model.pooler is not None)
+    elif isinstance(model, LanguageModel):
+        family, config = _FAMILIES["gpt2"], hf.GPT2Config(**_gpt2_config(model))
+        theirs = hf.GPT2LMHeadModel(config)
+    else:
+        raise ValueError(f"{type(model).__name__} has no transformers counterpart")
+    has_prefix = any(k.startswith(family.prefix) for k in theirs.state_dict())
+    state = {}
+    for name in family.names(model):
+        head = name.theirs.startswith(("cls.", "lm_head."))
+        prefix = family.prefix if has_prefix and not head else ""
+        state[prefix + name.theirs] = _theirs(name, _parameters(model, name))
+    missing, unexpected = theirs.load_state_dict(state, strict=False)
+    stripped = (k.removeprefix(family.prefix) for k in missing)
+    left = [k for k in stripped if k not in _TIED and not _BUFFERS.search(k)]
+    if left or unexpected:
+        raise ValueError(f"internal: tensors {left or unexpected} did not convert")
+    dtype = next(model.parameters()).dtype
+    return theirs.to(dtype).eval()
+
+
+# --8<-- [end:to_huggingface]
