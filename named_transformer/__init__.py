@@ -20,10 +20,15 @@ from named_transformer.core.attention import (
 )
 from named_transformer.core.basic import basic_self_attention
 from named_transformer.core.dropout import dropout
-from named_transformer.core.feedforward import feed_forward, relu
+from named_transformer.core.feedforward import feed_forward, gelu, gelu_tanh, relu, silu
 from named_transformer.core.masks import causal_mask, key_padding_mask, padding_mask
 from named_transformer.core.norm import layer_norm, standardize
-from named_transformer.core.pooling import attention_pooling, attention_pooling_weights
+from named_transformer.core.pooling import (
+    attention_pooling,
+    attention_pooling_weights,
+    l2_normalize,
+    mean_pooling,
+)
 from named_transformer.core.positions import (
     relative_position_index,
     sinusoidal_positions,
@@ -99,7 +104,21 @@ from named_transformer.models.seq2seq import (
     reverse_padded,
 )
 from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.models.text_encoder import (
+    MaskedLanguageHead,
+    Pooler,
+    TextEncoder,
+    dense,
+)
 from named_transformer.models.transformer import Transformer, TransformerStacks
+from named_transformer.pretrained import (
+    SentenceEncoder,
+    Tokenized,
+    checkpoint_names,
+    from_huggingface,
+    load_minilm,
+    to_huggingface,
+)
 
 __all__ = [
     "AXES",
@@ -193,5 +212,20 @@ __all__ = [
     "length_penalty",
     "sample",
     "strip_after_eos",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "l2_normalize",
+    "mean_pooling",
+    "MaskedLanguageHead",
+    "Pooler",
+    "TextEncoder",
+    "dense",
+    "SentenceEncoder",
+    "Tokenized",
+    "checkpoint_names",
+    "from_huggingface",
+    "load_minilm",
+    "to_huggingface",
 ]
 __version__ = "0.2.0"

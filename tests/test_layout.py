@@ -114,7 +114,7 @@ KEPT_MODULES = {
         "loss_function", "make_collate", "make_spec", "train_task",
     ],
 }  # fmt: skip
-SUBPACKAGES = ["core", "models", "decoding", "workflows", "interop"]
+SUBPACKAGES = ["core", "models", "decoding", "workflows", "interop", "pretrained"]
 
 
 ADDED_IN_0_2_0 = [
@@ -123,8 +123,15 @@ ADDED_IN_0_2_0 = [
 ]  # fmt: skip
 
 
-def test_the_public_api_is_what_it_was_plus_decoding():
-    assert sorted(nt.__all__) == sorted(PUBLIC + ADDED_IN_0_2_0)
+ADDED_IN_0_3_0 = [
+    "gelu", "gelu_tanh", "silu", "l2_normalize", "mean_pooling", "MaskedLanguageHead",
+    "Pooler", "TextEncoder", "dense", "SentenceEncoder", "Tokenized",
+    "checkpoint_names", "from_huggingface", "load_minilm", "to_huggingface",
+]  # fmt: skip
+
+
+def test_the_public_api_is_what_it_was_plus_what_each_version_added():
+    assert sorted(nt.__all__) == sorted(PUBLIC + ADDED_IN_0_2_0 + ADDED_IN_0_3_0)
     missing = [name for name in nt.__all__ if not hasattr(nt, name)]
     assert not missing, missing
 

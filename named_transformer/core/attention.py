@@ -9,7 +9,16 @@ $$\text{Attention}(Q, K, V, M) = \left(\nfun{seq}{softmax}
 with $Q \in \mathbb R^{\mathsf{seq'} \times \mathsf{key}}$,
 $K \in \mathbb R^{\mathsf{seq} \times \mathsf{key}}$,
 $V \in \mathbb R^{\mathsf{seq} \times \mathsf{val}}$ and
-$M \in \{0, -\infty\}^{\mathsf{seq'} \times \mathsf{seq}}$. Every other axis (batch,
+$M \in \{0, -\infty\}^{\mathsf{seq'} \times \mathsf{seq}}$. An optional additive score
+bias $B \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq}}$ (``score_bias``: ALiBi's
+distance penalty, or a Hugging Face mask filled with the dtype's most negative number)
+joins the scores before the softmax:
+
+$$\text{Attention}(Q, K, V, M, B) = \left(\nfun{seq}{softmax}
+  \left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + B + M\right)\right)
+  \ndot{seq} V.$$
+
+An entry $-\infty$ of $B$ blocks its key as $M$ does. Every other axis (batch,
 heads) is carried along untouched: the function is *lifted* over it. Keys and values
 may carry a size-1 axis where queries carry a larger one (``#`` in the annotation): a
 size-1 ``heads`` axis *is* multi-query attention.
@@ -21,6 +30,7 @@ reads a boolean mask the other way round** (True = blocked): negate it when port
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from einops import einsum, rearrange
 from jaxtyping import Bool, Float
@@ -45,12 +55,23 @@ def attention_weights(
     queries: Float[Tensor, "*batch seq_q key"],
     keys: Float[Tensor, "*#batch seq key"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    *,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq_q seq"]:
     r"""One distribution over $\mathsf{seq}$ per query.
 
-    $$\nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right)$$
+    $$\nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}}
+      + B + M\right)$$
+
+    ``score_bias`` is $B$ (none if None). Its $-\infty$ entries join the mask, so a
+    query whose every key is blocked, by $M$ or by $B$, gets all zeros, never NaN.
     """
-    return softmax(scaled_dot_score(queries, keys), mask)
+    scores = scaled_dot_score(queries, keys)
+    if score_bias is not None:
+        scores = scores + score_bias
+        finite = score_bias > -torch.inf  # -inf in B blocks, as in the fused kernel
+        mask = finite if mask is None else mask & finite
+    return softmax(scores, mask)
 
 
 # --8<-- [end:attention_weights]
@@ -76,12 +97,18 @@ def attention(
     keys: Float[Tensor, "*#batch seq key"],
     values: Float[Tensor, "*#batch seq val"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    *,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq_q val"]:
-    r"""$\text{Attention}(Q, K, V, M)$, the Transformer's scaled dot-product attention.
+    r"""$\text{Attention}(Q, K, V, M, B)$, the Transformer's scaled dot-product
+    attention.
 
-    A query row with no allowed key returns zeros (and zero gradient), never NaN.
+    ``score_bias`` is the additive bias $B$ (a float ``attn_mask`` of
+    ``scaled_dot_product_attention``). A query row with no allowed key returns zeros
+    (and zero gradient), never NaN.
     """
-    return attend(attention_weights(queries, keys, mask), values)
+    weights = attention_weights(queries, keys, mask, score_bias=score_bias)
+    return attend(weights, values)
 
 
 # --8<-- [end:attention]
@@ -96,15 +123,20 @@ def fused_attention(
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
     dropout: float = 0.0,
     training: bool = False,
+    *,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq_q val"]:
-    r"""$\text{Attention}(Q, K, V, M)$ by PyTorch's fused kernel, an explicit option.
+    r"""$\text{Attention}(Q, K, V, M, B)$ by PyTorch's fused kernel, an explicit option.
 
     The same function as :func:`attention` (tests check it, fully masked rows included),
     computed by ``scaled_dot_product_attention``, which never materialises the
     $\mathsf{seq'} \times \mathsf{seq}$ weights: faster, and far less memory for long
     sequences. It returns no weights, and its dropout draws differ from the named
-    path's.
+    path's. The kernel takes one ``attn_mask``: a bias $B$ goes in as a float mask,
+    with $-\infty$ where $M$ blocks.
     """
+    if score_bias is not None:
+        mask = score_bias if mask is None else score_bias.masked_fill(~mask, -torch.inf)
     # with fewer axes than the queries, the kernel falls back to materialising the
     # weights
     while mask is not None and mask.ndim < queries.ndim:

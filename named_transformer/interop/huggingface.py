@@ -213,7 +213,7 @@ def _bert(config: dict, theirs: set[str]) -> TextEncoder:
     )  # fmt: skip
     return TextEncoder(
         config["vocab_size"], options, max_positions=config["max_position_embeddings"],
-        types=config.get("type_vocab_size", 2),
+        types=config.get("type_vocab_size", 2), padding=config.get("pad_token_id"),
         pooler=any(name.startswith("pooler.") for name in theirs),
         head=any(name.startswith("cls.") for name in theirs),
     )  # fmt: skip
@@ -354,7 +354,7 @@ def _bert_config(ours: TextEncoder) -> dict:
         hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.dropout,
         max_position_embeddings=ours.positions.table.shape[0],
         type_vocab_size=0 if ours.types is None else ours.types.table.shape[0],
-        layer_norm_eps=c.eps,
+        layer_norm_eps=c.eps, pad_token_id=ours.embedding.padding,
     )  # fmt: skip
 
 

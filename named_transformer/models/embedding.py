@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
@@ -46,9 +47,14 @@ def embed(
     tokens: Int[Tensor, "*batch seq"],
     table: Float[Tensor, "vocab layer"],
     scale: bool = True,
+    padding: int | None = None,
 ) -> Float[Tensor, "*batch seq layer"]:
     r"""$(E \ndot{vocab} I)\sqrt{|\mathsf{layer}|}$, computed as a row lookup
     (without the factor when ``scale=False``).
+
+    ``padding``: the id whose row receives no gradient (BERT's ``padding_idx``: the
+    padding token is masked everywhere, so its row should not learn). The values are
+    the same.
 
     With shape checks on, a token id outside ``0 … |vocab| - 1`` raises ``ValueError``
     naming it (a one-hot vector $I$ has no row for it).
@@ -61,7 +67,10 @@ def embed(
                 f"token id {bad} in argument 'tokens' is outside the vocabulary of "
                 f"{table.shape[0]} tokens (ids 0 to {table.shape[0] - 1})"
             )
-    rows = table[tokens]
+    if padding is None:
+        rows = table[tokens]
+    else:  # the same lookup, with the padding row's gradient left out
+        rows = F.embedding(tokens, table, padding_idx=padding)
     return rows * math.sqrt(table.shape[-1]) if scale else rows
 
 
@@ -76,16 +85,20 @@ class TokenEmbedding(nn.Module):
     Initialised $\mathcal N(0, 1/|\mathsf{layer}|)$: after scaling, unit variance.
     """
 
-    def __init__(self, vocab: int, layer: int, *, scale: bool = True) -> None:
+    def __init__(
+        self, vocab: int, layer: int, *, scale: bool = True, padding: int | None = None
+    ) -> None:
         super().__init__()
-        self.scale = scale
+        if padding is not None and not 0 <= padding < vocab:
+            raise ValueError(f"padding id {padding} is outside 0 … {vocab - 1}")
+        self.scale, self.padding = scale, padding
         self.table = nn.Parameter(torch.randn(vocab, layer) / math.sqrt(layer))
 
     @checked
     def forward(
         self, tokens: Int[Tensor, "*batch seq"]
     ) -> Float[Tensor, "*batch seq layer"]:
-        return embed(tokens, self.table, self.scale)
+        return embed(tokens, self.table, self.scale, self.padding)
 
 
 # --8<-- [end:TokenEmbedding]

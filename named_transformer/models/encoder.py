@@ -58,7 +58,8 @@ class EncoderLayer(CountsParameters, nn.Module):
     r"""Self-attention then feed-forward, each in a residual sublayer.
 
     Defaults are the paper's base layer (512 wide, 8 heads, hidden 2048, dropout 0.1,
-    ReLU, post-norm).
+    ReLU, post-norm). ``bias=False`` builds it with no additive parameters: no
+    attention or feed-forward biases, no LayerNorm $\beta$ (PyTorch's ``bias=False``).
     """
 
     def __init__(
@@ -72,20 +73,18 @@ class EncoderLayer(CountsParameters, nn.Module):
         norm_first: bool = False,
         eps: float = 1e-5,
         fused_attention: bool = False,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.self_attention = MultiHeadAttention(
-            layer, heads, dropout=dropout, fused=fused_attention
+            layer, heads, dropout=dropout, fused=fused_attention, bias=bias
         )
         self.feed_forward = FeedForward(
-            layer, hidden, activation=activation, dropout=dropout
+            layer, hidden, activation=activation, dropout=dropout, bias=bias
         )
-        self.attention_residual = Residual(
-            layer, dropout=dropout, norm_first=norm_first, eps=eps
-        )
-        self.feed_forward_residual = Residual(
-            layer, dropout=dropout, norm_first=norm_first, eps=eps
-        )
+        options = {"dropout": dropout, "norm_first": norm_first, "eps": eps}
+        self.attention_residual = Residual(layer, **options, bias=bias)
+        self.feed_forward_residual = Residual(layer, **options, bias=bias)
 
     @checked
     def forward(
@@ -93,6 +92,8 @@ class EncoderLayer(CountsParameters, nn.Module):
         inputs: Float[Tensor, "*batch seq layer"],
         mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
         need_weights: bool = False,
+        *,
+        score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
     ) -> (
         Float[Tensor, "*batch seq layer"]
         | tuple[
@@ -100,11 +101,13 @@ class EncoderLayer(CountsParameters, nn.Module):
         ]
     ):
         """``mask``: True where query position (row) may attend key position
-        (column)."""
+        (column). ``score_bias``: an additive bias on the attention scores."""
         found: list[Tensor] = []
 
         def self_attend(x: Tensor) -> Tensor:
-            return _recording(self.self_attention, found, need_weights)(x, mask=mask)
+            return _recording(self.self_attention, found, need_weights)(
+                x, mask=mask, score_bias=score_bias
+            )
 
         hidden = self.attention_residual(inputs, self_attend)
         outputs = self.feed_forward_residual(hidden, self.feed_forward)
@@ -137,18 +140,21 @@ class _Stack(CountsParameters, nn.Module):
         *,
         final_norm: bool = False,
         eps: float = 1e-5,
+        bias: bool = True,
         **options,
     ) -> _Stack:
-        """``num_layers`` fresh layers (``options`` go to each layer)."""
+        """``num_layers`` fresh layers (``options`` go to each layer; ``bias=False``
+        reaches the final LayerNorm too)."""
         if num_layers < 1:
             raise ValueError(
                 f"{cls.__name__} needs at least one layer, got num_layers={num_layers}"
             )
         layers = [
-            cls.layer_type(layer, heads, hidden, eps=eps, **options)
+            cls.layer_type(layer, heads, hidden, eps=eps, bias=bias, **options)
             for _ in range(num_layers)
         ]
-        return cls(layers, LayerNorm(layer, eps) if final_norm else None)
+        norm = LayerNorm(layer, eps, bias=bias) if final_norm else None
+        return cls(layers, norm)
 
 
 # --8<-- [start:Encoder]
@@ -163,6 +169,8 @@ class Encoder(_Stack):
         inputs: Float[Tensor, "*batch seq layer"],
         mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
         need_weights: bool = False,
+        *,
+        score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
     ) -> (
         Float[Tensor, "*batch seq layer"]
         | tuple[
@@ -171,15 +179,17 @@ class Encoder(_Stack):
         ]
     ):
         """Returns the output, or (output, one weights tensor per layer) when
-        ``need_weights``."""
+        ``need_weights``. ``score_bias`` reaches every layer's attention."""
         weights = []
         hidden = inputs
         for encoder_layer in self.layers:  # weights only when asked: fused stays fused
             if need_weights:
-                hidden, layer_weights = encoder_layer(hidden, mask, need_weights=True)
+                hidden, layer_weights = encoder_layer(
+                    hidden, mask, need_weights=True, score_bias=score_bias
+                )
                 weights.append(layer_weights)
             else:
-                hidden = encoder_layer(hidden, mask)
+                hidden = encoder_layer(hidden, mask, score_bias=score_bias)
         if self.norm is not None:
             hidden = self.norm(hidden)
         return (hidden, weights) if need_weights else hidden

@@ -12,14 +12,20 @@ $$Q = W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}, \quad
   V = W^V \ndot{layer} X,$$
 
 $$Y = W^O \ndot{heads, val}
-  \text{Attention}(Q, K, V, M)_{\mathsf{seq'}\to\mathsf{seq}}.$$
+  \text{Attention}(Q, K, V, M, B)_{\mathsf{seq'}\to\mathsf{seq}}.$$
 
 Attention never names $\mathsf{heads}$, so it is *lifted* over it: no loop over heads.
+The mask $M$ and the optional additive score bias $B$ (``score_bias``) are lifted the
+same way: one $\mathsf{seq'} \times \mathsf{seq}$ table shared by all heads.
 In cross-attention the keys and values come from a memory (the encoder output) whose
 width may differ from $\mathsf{layer}$ (the NYU notes' ``d_input``, PyTorch's
 ``kdim``/``vdim``):
 $W^K \in \mathbb R^{\mathsf{heads} \times \mathsf{memory} \times \mathsf{key}}$,
 $W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{memory} \times \mathsf{val}}$.
+PyTorch even lets the values come from a source of their own width ``vdim``: then
+$V = W^V \ndot{memory_v} X_v$ with
+$W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{memory_v} \times \mathsf{val}}$
+(``value_memory`` and ``values_from`` here).
 
 The paper's heads are *narrow*,
 $|\mathsf{key}| = |\mathsf{val}| = |\mathsf{layer}|/|\mathsf{heads}|$, so
@@ -39,7 +45,7 @@ import math
 
 import torch
 from einops import einsum, rearrange
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, TypeCheckError
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
@@ -95,11 +101,13 @@ def attend_heads(
     dropout: float = 0.0,
     training: bool = False,
     fused: bool = False,
+    *,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> tuple[
     Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
 ]:
-    r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M)$ from already projected
-    heads.
+    r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M, B)$ from already
+    projected heads.
 
     Keys and values are arguments of their own, so they may come from a cache of
     earlier steps (cached decoding) rather than from the same call as the queries.
@@ -107,15 +115,19 @@ def attend_heads(
     head and query. ``dropout`` drops attention weights, as in PyTorch. ``fused=True``
     computes the attention by PyTorch's fused kernel
     (:func:`~named_transformer.core.attention.fused_attention`) and returns None for
-    the weights.
+    the weights. The mask $M$ and the additive score bias $B$ (``score_bias``) are
+    shared by all heads: both are lifted over $\mathsf{heads}$.
     """
     if mask is not None:
         mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
+    if score_bias is not None:
+        score_bias = rearrange(score_bias, "... seq_q seq -> ... 1 seq_q seq")
     if fused:
-        return merge_heads(
-            fused_attention(queries, keys, values, mask, dropout, training), w_o, b_o
-        ), None
-    weights = attention_weights(queries, keys, mask)
+        outputs = fused_attention(
+            queries, keys, values, mask, dropout, training, score_bias=score_bias
+        )
+        return merge_heads(outputs, w_o, b_o), None
+    weights = attention_weights(queries, keys, mask, score_bias=score_bias)
     dropped = drop(weights, dropout, training)
     return merge_heads(attend(dropped, values), w_o, b_o), weights
 
@@ -152,7 +164,7 @@ def multihead_attention(
     memory: Float[Tensor, "*batch seq memory"],
     w_q: Float[Tensor, "heads layer key"],
     w_k: Float[Tensor, "heads memory key"],
-    w_v: Float[Tensor, "heads memory val"],
+    w_v: Float[Tensor, "heads value_memory val"],
     w_o: Float[Tensor, "heads val layer"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
     b_q: Float[Tensor, "heads key"] | None = None,
@@ -162,6 +174,9 @@ def multihead_attention(
     dropout: float = 0.0,
     training: bool = False,
     fused: bool = False,
+    *,
+    values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
 ) -> tuple[
     Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
 ]:
@@ -169,16 +184,30 @@ def multihead_attention(
 
     $$W^O \ndot{heads, val} \text{Attention}(
       W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
-      W^K \ndot{memory} X_m, W^V \ndot{memory} X_m, M).$$
+      W^K \ndot{memory} X_m, W^V \ndot{memory_v} X_v, M, B).$$
 
     Self-attention passes the inputs as the memory ($\mathsf{memory} = \mathsf{layer}$);
-    cross-attention passes the encoder output. Returns (output, weights); the weights
-    are None with ``fused=True`` (:func:`attend_heads`).
+    cross-attention passes the encoder output. The values come from the memory too,
+    $X_v = X_m$, unless ``values_from`` gives a source $X_v$ of their own, of width
+    $\mathsf{memory_v}$ (PyTorch's ``vdim`` when it differs from ``kdim``).
+    ``score_bias`` is the additive bias $B$, shared by all heads. Returns (output,
+    weights); the weights are None with ``fused=True`` (:func:`attend_heads`).
     """
+    if values_from is None:
+        if w_v.shape[-2] != memory.shape[-1]:
+            raise TypeCheckError(
+                f"parameter 'w_v' reads {w_v.shape[-2]} features (axis "
+                f"'value_memory') but the values come from 'memory', "
+                f"{memory.shape[-1]} wide: pass values_from"
+            )
+        values_from = memory
     queries = project_heads(inputs, w_q, b_q)
     keys = project_heads(memory, w_k, b_k)
-    values = project_heads(memory, w_v, b_v)
-    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training, fused)
+    values = project_heads(values_from, w_v, b_v)
+    return attend_heads(
+        queries, keys, values, w_o, b_o, mask, dropout, training, fused,
+        score_bias=score_bias,
+    )  # fmt: skip
 
 
 # --8<-- [end:multihead_attention]
@@ -248,6 +277,8 @@ def multihead_self_attention(
     dropout: float = 0.0,
     training: bool = False,
     fused: bool = False,
+    *,
+    score_bias: Float[Tensor, "*#batch #seq #seq"] | None = None,
 ) -> tuple[
     Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"] | None
 ]:
@@ -263,7 +294,10 @@ def multihead_self_attention(
     if b_q is not None and b_k is not None and b_v is not None:
         b_qkv = rearrange([b_q, b_k, b_v], "three heads key -> (three heads key)")
     queries, keys, values = stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv)
-    return attend_heads(queries, keys, values, w_o, b_o, mask, dropout, training, fused)
+    return attend_heads(
+        queries, keys, values, w_o, b_o, mask, dropout, training, fused,
+        score_bias=score_bias,
+    )  # fmt: skip
 
 
 # --8<-- [end:multihead_self_attention]
@@ -285,6 +319,11 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         heads: number of heads $|\mathsf{heads}|$.
         memory: width of the keys' and values' source (cross-attention); default
             ``layer``.
+        value_memory: width of the values' source when it differs from the keys'
+            (PyTorch's ``vdim`` beside ``kdim``):
+            $W^V \in \mathbb R^{\mathsf{heads}\times\mathsf{memory_v}\times\mathsf{val}}$;
+            default ``memory``. The values then come from ``forward``'s
+            ``values_from``.
         key, val: widths of one head; default $|\mathsf{layer}|/|\mathsf{heads}|$
             (narrow, the paper) or $|\mathsf{layer}|$ when ``wide=True`` (Bloem).
         bias: learn $b^Q, b^K \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$,
@@ -303,6 +342,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         heads: int,
         *,
         memory: int | None = None,
+        value_memory: int | None = None,
         key: int | None = None,
         val: int | None = None,
         wide: bool = False,
@@ -328,6 +368,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
                 key = layer // heads
         val = key if val is None else val
         memory = layer if memory is None else memory
+        value_memory = memory if value_memory is None else value_memory
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.layer, self.heads, self.memory, self.key, self.val = (
@@ -337,11 +378,14 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             key,
             val,
         )
-        self._stackable = memory == layer and val == key
+        self.value_memory = value_memory
+        self._stackable = memory == layer and value_memory == layer and val == key
         self.dropout, self.fused = dropout, fused
         self.w_q = _uniform(heads, layer, key, fan_in=layer, fan_out=heads * key)
         self.w_k = _uniform(heads, memory, key, fan_in=memory, fan_out=heads * key)
-        self.w_v = _uniform(heads, memory, val, fan_in=memory, fan_out=heads * val)
+        self.w_v = _uniform(
+            heads, value_memory, val, fan_in=value_memory, fan_out=heads * val
+        )
         self.w_o = _uniform(heads, val, layer, fan_in=heads * val, fan_out=layer)
         if bias:
             self.b_q = nn.Parameter(torch.zeros(heads, key))
@@ -359,6 +403,9 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         memory: Float[Tensor, "*batch seq memory"] | None = None,
         mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
         need_weights: bool = False,
+        *,
+        values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
+        score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
     ) -> (
         Float[Tensor, "*batch seq_q layer"]
         | tuple[
@@ -367,14 +414,18 @@ class MultiHeadAttention(CountsParameters, nn.Module):
     ):
         """Self-attention when ``memory`` is None, else cross-attention over ``memory``.
 
-        Returns the output, or (output, per-head weights) when ``need_weights``.
+        ``values_from``: the values' own source (default ``memory``), needed when the
+        module was built with a ``value_memory`` of its own. ``score_bias``: an
+        additive bias $B$ on the scores, shared by all heads (a float ``attn_mask``
+        of PyTorch). Returns the output, or (output, per-head weights) when
+        ``need_weights``.
         """
         fused = self.fused and not need_weights  # the fused kernel returns no weights
-        if memory is None and self._stackable:  # self-attention: one stacked projection
-            outputs, weights = multihead_self_attention(
+        if memory is None and values_from is None and self._stackable:
+            outputs, weights = multihead_self_attention(  # one stacked projection
                 inputs, self.w_q, self.w_k, self.w_v, self.w_o, mask,
                 self.b_q, self.b_k, self.b_v, self.b_o,
-                self.dropout, self.training, fused,
+                self.dropout, self.training, fused, score_bias=score_bias,
             )  # fmt: skip
         else:
             outputs, weights = multihead_attention(
@@ -382,6 +433,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
                 self.w_q, self.w_k, self.w_v, self.w_o, mask,
                 self.b_q, self.b_k, self.b_v, self.b_o,
                 self.dropout, self.training, fused,
+                values_from=values_from, score_bias=score_bias,
             )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
 

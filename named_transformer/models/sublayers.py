@@ -125,6 +125,7 @@ class Residual(nn.Module):
 
     Post-norm (default, the paper): $\text{LayerNorm}(X + \text{Dropout}(f(X)))$.
     Pre-norm (``norm_first=True``): $X + \text{Dropout}(f(\text{LayerNorm}(X)))$.
+    ``bias=False`` leaves out the LayerNorm's $\beta$.
     """
 
     def __init__(
@@ -134,9 +135,10 @@ class Residual(nn.Module):
         dropout: float = 0.0,
         norm_first: bool = False,
         eps: float = 1e-5,
+        bias: bool = True,
     ) -> None:
         super().__init__()
-        self.norm = LayerNorm(layer, eps)
+        self.norm = LayerNorm(layer, eps, bias=bias)
         self.dropout, self.norm_first = dropout, norm_first
 
     @checked

@@ -127,6 +127,7 @@ class TextEncoder(CountsParameters, nn.Module):
             wide, 12 heads, hidden 3072, GELU, post-norm, $\epsilon = 10^{-12}$).
         max_positions: rows of the learned position table (BERT: 512).
         types: rows of the token-type table (BERT: 2 segments; 0 for none).
+        padding: the padding token's id, whose row gets no gradient (BERT: 0).
         pooler: add :class:`Pooler` (``model.pool``).
         head: add :class:`MaskedLanguageHead` (``model.predict``).
     """
@@ -138,6 +139,7 @@ class TextEncoder(CountsParameters, nn.Module):
         *,
         max_positions: int = 512,
         types: int = 2,
+        padding: int | None = 0,
         pooler: bool = False,
         head: bool = False,
     ) -> None:
@@ -148,7 +150,7 @@ class TextEncoder(CountsParameters, nn.Module):
                 activation="gelu", eps=1e-12,
             )  # fmt: skip
         self.config = c = config
-        self.embedding = TokenEmbedding(vocab, c.layer, scale=False)
+        self.embedding = TokenEmbedding(vocab, c.layer, scale=False, padding=padding)
         self.types = TokenEmbedding(types, c.layer, scale=False) if types else None
         self.positions = LearnedPositions(max_positions, c.layer, dropout=0.0)
         self.embedding_norm = LayerNorm(c.layer, c.eps)
