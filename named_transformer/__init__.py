@@ -52,7 +52,12 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
-from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
+from named_transformer.interop.pytorch import (
+    bias_from_torch,
+    from_torch,
+    mask_from_torch,
+    to_torch,
+)
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import Decoder, DecoderLayer
@@ -227,5 +232,6 @@ __all__ = [
     "from_huggingface",
     "load_minilm",
     "to_huggingface",
+    "bias_from_torch",
 ]
 __version__ = "0.2.0"

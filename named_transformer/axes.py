@@ -71,6 +71,15 @@ AXES: dict[str, Axis] = {
     "annotation": Axis(
         r"\mathsf{annotation}", "bidirectional annotation [fwd h_j; bwd h_j]"
     ),
+    "value_memory": Axis(
+        r"\mathsf{memory_v}",
+        "width of the values' own source when it differs from the keys' (vdim)",
+    ),
+    "layer_out": Axis(
+        r"\mathsf{layer'}", "output of a position-wise affine map, renamed to layer"
+    ),
+    "layers": Axis(r"\mathsf{layers}", "a model's layers, stacked (attention maps)"),
+    "sentences": Axis(r"\mathsf{sentences}", "sentences embedded together"),
 }
 # --8<-- [end:axes]
 

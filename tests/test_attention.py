@@ -149,3 +149,102 @@ def test_large_logits_stay_finite():
     q, k, v = qkv(2)
     out = nt.attention(q * 1e4, k * 1e4, v, nt.causal_mask(SEQ_Q, SEQ))
     assert torch.isfinite(out).all()
+
+
+def score_biases(*shape, dtype=torch.float32):
+    """Random finite biases; a fifth of them the dtype's most negative number (Hugging
+    Face's mask), and query row 1 all of it (a fully padded row there)."""
+    bias = 3 * torch.randn(*shape, dtype=dtype)
+    bias = bias.masked_fill(torch.rand(*shape) < 0.2, torch.finfo(dtype).min)
+    bias[..., 1, :] = torch.finfo(dtype).min
+    return bias
+
+
+ATTEND = {"named": nt.attention, "fused": nt.fused_attention}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("with_mask", [False, True], ids=["bias", "bias-and-mask"])
+@pytest.mark.parametrize(
+    "batch", [(), (2,), (2, 3)], ids=["no-batch", "one-batch", "two-batch"]
+)
+@pytest.mark.parametrize("path", ATTEND)
+def test_score_bias_equals_sdpa_with_a_float_mask(path, batch, with_mask, dtype):
+    q, k, v = qkv(*batch, dtype=dtype)
+    bias = score_biases(*batch, SEQ_Q, SEQ, dtype=dtype)
+    mask, float_mask = None, bias
+    if with_mask:  # one boolean mask for every batch entry: it broadcasts
+        mask = torch.rand(SEQ_Q, SEQ) > 0.4
+        mask[:, 0] = True
+        float_mask = bias.masked_fill(~mask, -torch.inf)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=float_mask)
+    got = ATTEND[path](q, k, v, mask, score_bias=bias)
+    tolerance = {torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize("path", ATTEND)
+def test_a_broadcast_score_bias_equals_sdpa(path):
+    q, k, v = qkv(2, 3)
+    bias = 2 * torch.randn(1, SEQ)  # one bias per key (ALiBi-like), every query
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(ATTEND[path](q, k, v, score_bias=bias), expected)
+
+
+def test_minus_infinity_in_the_bias_blocks_like_the_mask_zeros_never_nan():
+    q, k, v = qkv(2, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(2, SEQ_Q, SEQ, dtype=torch.float64, requires_grad=True)
+    blocked = torch.rand(2, SEQ_Q, SEQ) < 0.3
+    blocked[0, 2] = True  # a row the bias blocks entirely
+    mask = torch.ones(SEQ_Q, SEQ, dtype=torch.bool)
+    mask[3] = False  # a row the mask blocks entirely
+    mask[4, 1:] = False  # and a row the two block together
+    blocked[:, 4, 0] = True
+    minus_inf = bias.masked_fill(blocked, -torch.inf)
+    named = nt.attention(q, k, v, mask, score_bias=minus_inf)
+    fused = nt.fused_attention(q, k, v, mask, score_bias=minus_inf)
+    sdpa = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=minus_inf.masked_fill(~mask, -torch.inf)
+    )
+    for rows in (named[0, 2], named[:, 3], named[:, 4]):
+        assert torch.equal(rows, torch.zeros_like(rows))
+    torch.testing.assert_close(named, sdpa, atol=1e-12, rtol=0)
+    torch.testing.assert_close(fused, named, atol=1e-12, rtol=0)
+    inputs = (q, k, v, bias)
+    grads = [
+        torch.autograd.grad(out.square().sum(), inputs, retain_graph=True)
+        for out in (named, fused)
+    ]
+    for got, want in zip(grads[1], grads[0], strict=True):
+        assert torch.isfinite(want).all()
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    assert torch.equal(grads[0][3][blocked], torch.zeros(int(blocked.sum())).double())
+
+
+def test_gradcheck_attention_with_a_score_bias():
+    q, k, v = qkv(2, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(SEQ_Q, SEQ, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(SEQ_Q, SEQ) > 0.3
+
+    def output(q, k, v, bias):
+        return nt.attention(q, k, v, mask, score_bias=bias)
+
+    assert torch.autograd.gradcheck(output, (q, k, v, bias))
+
+
+@pytest.mark.parametrize("path", ["weights", *ATTEND])
+def test_a_score_bias_of_the_wrong_size_names_the_axis(path):
+    from jaxtyping import TypeCheckError
+
+    q, k, v = qkv(2)
+    call = {
+        "weights": lambda bias: nt.attention_weights(q, k, score_bias=bias),
+        **{name: lambda bias, f=f: f(q, k, v, score_bias=bias)
+           for name, f in ATTEND.items()},
+    }[path]  # fmt: skip
+    with pytest.raises(TypeCheckError, match="score_bias") as error:
+        call(torch.randn(2, SEQ_Q, SEQ + 1))
+    assert "'seq'" in str(error.value)
+    with pytest.raises(TypeCheckError, match="score_bias") as error:
+        call(torch.randn(SEQ_Q + 1, SEQ))
+    assert "'seq_q'" in str(error.value)

@@ -131,14 +131,20 @@ def test_mask_from_torch_flips_and_merges():
 
 
 def test_what_does_not_convert_says_why():
-    with pytest.raises(ValueError, match="kdim"):
-        from_torch(nn.MultiheadAttention(LAYER, HEADS, kdim=5, vdim=6))
     with pytest.raises(ValueError, match="add_bias_kv"):
         from_torch(nn.MultiheadAttention(LAYER, HEADS, add_bias_kv=True))
+    with pytest.raises(ValueError, match="add_zero_attn"):
+        from_torch(nn.MultiheadAttention(LAYER, HEADS, add_zero_attn=True))
     with pytest.raises(ValueError, match="activation"):
-        from_torch(nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN, activation=F.silu))
-    with pytest.raises(ValueError, match="bias=True"):
-        from_torch(nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN, bias=False))
+        from_torch(nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN, activation=F.tanh))
+    with pytest.raises(ValueError, match="activation"):
+        from_torch(
+            nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN, activation=nn.LeakyReLU())
+        )
+    no_weight = nn.TransformerEncoderLayer(LAYER, HEADS, HIDDEN)
+    no_weight.norm2 = nn.LayerNorm(LAYER, elementwise_affine=False)
+    with pytest.raises(ValueError, match="elementwise_affine"):
+        from_torch(no_weight)
     with pytest.raises(ValueError, match="narrow"):
         to_torch(MultiHeadAttention(LAYER, HEADS, wide=True))
     with pytest.raises(ValueError, match="memory"):

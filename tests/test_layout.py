@@ -127,6 +127,7 @@ ADDED_IN_0_3_0 = [
     "gelu", "gelu_tanh", "silu", "l2_normalize", "mean_pooling", "MaskedLanguageHead",
     "Pooler", "TextEncoder", "dense", "SentenceEncoder", "Tokenized",
     "checkpoint_names", "from_huggingface", "load_minilm", "to_huggingface",
+    "bias_from_torch",
 ]  # fmt: skip
 
 

@@ -130,14 +130,18 @@ def test_functional_gradcheck():
     assert torch.autograd.gradcheck(output, args)
 
 
-def reference_loop(inputs, memory, m: MultiHeadAttention, mask=None):
+def reference_loop(
+    inputs, memory, m: MultiHeadAttention, mask=None, bias=None, xv=None
+):
     """Bloem's equations, one head at a time, with the paper's softmax and scaling."""
     heads = []
     for h in range(m.heads):
         q = inputs @ m.w_q[h] + m.b_q[h]
         k = memory @ m.w_k[h] + m.b_k[h]
-        v = memory @ m.w_v[h] + m.b_v[h]
+        v = (memory if xv is None else xv) @ m.w_v[h] + m.b_v[h]
         scores = q @ k.transpose(-1, -2) / math.sqrt(m.key)
+        if bias is not None:
+            scores = scores + bias
         if mask is not None:
             scores = scores.masked_fill(~mask, -torch.inf)
         heads.append(torch.softmax(scores, -1) @ v @ m.w_o[h])
@@ -327,6 +331,22 @@ BAD = {
         ),
         "mask",
     ),
+    "score_bias length": (
+        lambda m: m(torch.randn(B, SEQ, LAYER), score_bias=torch.randn(SEQ, SEQ + 1)),
+        "score_bias",
+    ),
+    "score_bias query length": (
+        lambda m: m(torch.randn(B, SEQ, LAYER), score_bias=torch.randn(B, 2, SEQ)),
+        "score_bias",
+    ),
+    "values_from length vs memory's seq": (
+        lambda m: m(
+            torch.randn(B, SEQ_Q, LAYER),
+            torch.randn(B, SEQ, MEMORY),
+            values_from=torch.randn(B, SEQ + 1, MEMORY),
+        ),
+        "values_from",
+    ),
 }
 
 
@@ -398,3 +418,108 @@ def test_a_stack_asks_its_layers_for_weights_only_when_its_caller_does():
     assert [len(weights[k]) for k in ("encoder", "decoder_self", "decoder_cross")] == [
         2, 2, 2,
     ]  # fmt: skip
+
+
+def randomised_biases(m):
+    with torch.no_grad():
+        for b in (m.b_q, m.b_k, m.b_v, m.b_o):
+            b.normal_()
+    return m
+
+
+@pytest.mark.parametrize("shape", [(SEQ_Q, SEQ), (B, SEQ_Q, SEQ), (B, 1, SEQ)])
+def test_score_bias_is_shared_by_all_heads_like_the_mask(shape):
+    m = randomised_biases(MultiHeadAttention(LAYER, HEADS, memory=MEMORY).double())
+    inputs = torch.randn(B, SEQ_Q, LAYER).double()
+    memory = torch.randn(B, SEQ, MEMORY).double()
+    bias = 3 * torch.randn(*shape).double()
+    mask = nt.causal_mask(SEQ_Q, SEQ, offset=2)
+    got, weights = m(inputs, memory, mask, need_weights=True, score_bias=bias)
+    torch.testing.assert_close(got, reference_loop(inputs, memory, m, mask, bias))
+    assert weights.shape == (B, HEADS, SEQ_Q, SEQ)
+    # a bias of -inf where the mask blocks is the same attention as the mask
+    as_bias = torch.zeros(SEQ_Q, SEQ).double().masked_fill(~mask, -torch.inf)
+    torch.testing.assert_close(m(inputs, memory, score_bias=bias + as_bias), got)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fused_option_with_a_score_bias_equals_the_named_equations(case):
+    c = CASES[case]
+    named = MultiHeadAttention(LAYER, HEADS, memory=c["memory"]).double()
+    fused = MultiHeadAttention(LAYER, HEADS, memory=c["memory"], fused=True).double()
+    fused.load_state_dict(named.state_dict())
+    inputs = torch.randn(B, c["seq_q"], LAYER, dtype=torch.float64, requires_grad=True)
+    memory = (
+        None
+        if c["seq_q"] == SEQ and c["memory"] == LAYER
+        else torch.randn(B, SEQ, c["memory"], dtype=torch.float64)
+    )
+    bias = 2 * torch.randn(B, c["seq_q"], SEQ, dtype=torch.float64)
+    bias[0, 0] = torch.finfo(torch.float64).min  # Hugging Face's padded query
+    bias[1, 1, :2] = -torch.inf
+    bias = bias.requires_grad_(True)
+    mask = None
+    if c["causal"]:
+        mask = nt.causal_mask(c["seq_q"], SEQ, offset=SEQ - c["seq_q"])
+    if c["padding"]:
+        mask = mask_from_torch(None if mask is None else ~mask, PADDING)
+        mask[1, 0] = False  # a query that may attend nothing: zeros in both
+    results = [m(inputs, memory, mask, score_bias=bias) for m in (named, fused)]
+    torch.testing.assert_close(results[1], results[0], atol=1e-12, rtol=0)
+    grads = [
+        torch.autograd.grad(r.square().sum(), [inputs, bias, m.w_q, m.w_v, m.w_o])
+        for r, m in zip(results, (named, fused), strict=True)
+    ]
+    for ours, reference in zip(grads[1], grads[0], strict=True):
+        assert torch.isfinite(reference).all()
+        torch.testing.assert_close(ours, reference, atol=1e-12, rtol=0)
+
+
+def test_stacked_self_attention_takes_the_score_bias_too():
+    m = randomised_biases(MultiHeadAttention(LAYER, HEADS).double())
+    x, bias = torch.randn(B, SEQ, LAYER).double(), torch.randn(SEQ, SEQ).double()
+    weights = (m.w_q, m.w_k, m.w_v, m.w_o, None, m.b_q, m.b_k, m.b_v, m.b_o)
+    stacked = multihead_self_attention(x, *weights, score_bias=bias)
+    general = multihead_attention(x, x, *weights, score_bias=bias)
+    torch.testing.assert_close(stacked[0], general[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        m(x, score_bias=bias), reference_loop(x, x, m, bias=bias)
+    )
+
+
+def test_values_from_a_source_of_their_own_width():
+    value_memory = MEMORY + 2
+    m = MultiHeadAttention(LAYER, HEADS, memory=MEMORY, value_memory=value_memory)
+    m = randomised_biases(m.double())
+    assert m.w_v.shape == (HEADS, value_memory, LAYER // HEADS)
+    assert m.w_k.shape == (HEADS, MEMORY, LAYER // HEADS)
+    theirs = nn.MultiheadAttention(LAYER, HEADS, kdim=MEMORY, vdim=value_memory)
+    assert m.num_parameters() == sum(p.numel() for p in theirs.parameters())
+    inputs = torch.randn(B, SEQ_Q, LAYER).double()
+    memory = torch.randn(B, SEQ, MEMORY).double()
+    sources = torch.randn(B, SEQ, value_memory).double()
+    got = m(inputs, memory, values_from=sources)
+    torch.testing.assert_close(got, reference_loop(inputs, memory, m, xv=sources))
+    fused = MultiHeadAttention(
+        LAYER, HEADS, memory=MEMORY, value_memory=value_memory, fused=True
+    ).double()
+    fused.load_state_dict(m.state_dict())
+    torch.testing.assert_close(
+        fused(inputs, memory, values_from=sources), got, atol=1e-12, rtol=0
+    )
+    # the same width as the keys' memory, different tensors: PyTorch allows it too
+    same = randomised_biases(MultiHeadAttention(LAYER, HEADS).double())
+    keys_from, values_from = torch.randn(2, B, SEQ, LAYER).double()
+    torch.testing.assert_close(
+        same(inputs, keys_from, values_from=values_from),
+        reference_loop(inputs, keys_from, same, xv=values_from),
+    )
+
+
+def test_values_of_their_own_width_need_values_from():
+    m = MultiHeadAttention(LAYER, HEADS, memory=MEMORY, value_memory=MEMORY + 2)
+    inputs, memory = torch.randn(B, SEQ_Q, LAYER), torch.randn(B, SEQ, MEMORY)
+    with pytest.raises(TypeCheckError, match="w_v.*values_from"):
+        m(inputs, memory)
+    with pytest.raises(TypeCheckError, match="w_v"):
+        m(inputs, memory, values_from=torch.randn(B, SEQ, MEMORY + 3))

@@ -105,6 +105,31 @@ CASES = {
         [torch.ones(B, SEQ, HIDDEN, dtype=torch.long)],
         "inputs",
     ),
+    **{
+        name: (
+            function,
+            [r(B, SEQ, HIDDEN)],
+            [torch.ones(B, SEQ, HIDDEN, dtype=torch.long)],
+            "inputs",
+        )
+        for name, function in [
+            ("gelu", nt.gelu),
+            ("gelu_tanh", nt.gelu_tanh),
+            ("silu", nt.silu),
+        ]
+    },  # fmt: skip
+    "mean_pooling": (
+        nt.mean_pooling,
+        [r(B, SEQ, LAYER), MASK],
+        [r(B, SEQ, LAYER), BAD_MASK],
+        "mask",
+    ),
+    "l2_normalize": (
+        nt.l2_normalize,
+        [r(B, LAYER)],
+        [torch.ones(B, LAYER, dtype=torch.long)],
+        "inputs",
+    ),
     "attention_pooling": (
         nt.attention_pooling,
         POOL,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from einops import einsum, rearrange
+from einops import einsum, rearrange, reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
@@ -63,15 +63,20 @@ def attention_weights(
     $$\nfun{seq}{softmax}\left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}}
       + B + M\right)$$
 
-    ``score_bias`` is $B$ (none if None). Its $-\infty$ entries join the mask, so a
-    query whose every key is blocked, by $M$ or by $B$, gets all zeros, never NaN.
+    ``score_bias`` is $B$ (none if None). Its $-\infty$ entries block as the mask does:
+    a query whose every key is blocked, by $M$ or by $B$, gets all zeros, never NaN.
     """
     scores = scaled_dot_score(queries, keys)
-    if score_bias is not None:
-        scores = scores + score_bias
-        finite = score_bias > -torch.inf  # -inf in B blocks, as in the fused kernel
-        mask = finite if mask is None else mask & finite
-    return softmax(scores, mask)
+    if score_bias is None:
+        return softmax(scores, mask)
+    # B may hold the dtype's most negative number, the value softmax fills masked
+    # scores with: here M is a true -inf, so keys that B pushes that low still win over
+    # masked keys (as in the fused kernel), and a row with no finite score gets zeros
+    scores = scores + score_bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -torch.inf)
+    alive = reduce(scores > -torch.inf, "... seq_q seq -> ... seq_q 1", "any")
+    return softmax(scores.masked_fill(~alive, 0.0)) * alive
 
 
 # --8<-- [end:attention_weights]

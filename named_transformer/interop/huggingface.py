@@ -30,8 +30,10 @@ from dataclasses import dataclass
 
 import torch
 from einops import rearrange
+from jaxtyping import Shaped
 from torch import Tensor, nn
 
+from named_transformer.axes import checked
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.text_encoder import TextEncoder
@@ -65,11 +67,16 @@ _NORM1 = _BLOCK + "attention_residual.norm."
 _NORM2 = _BLOCK + "feed_forward_residual.norm."
 _SAME, _VECTOR = "vocab layer -> vocab layer", "layer -> layer"
 _SQUARE = "layer_out layer -> layer_out layer"
+_POSITIONS = "seq layer -> seq layer"
 
 _BERT_EMBEDDINGS = [
     _Name("embeddings.word_embeddings.weight", ("embedding.table",), _SAME),
-    _Name("embeddings.position_embeddings.weight", ("positions.table",), _SAME),
-    _Name("embeddings.token_type_embeddings.weight", ("types.table",), _SAME),
+    _Name("embeddings.position_embeddings.weight", ("positions.table",), _POSITIONS),
+    _Name(
+        "embeddings.token_type_embeddings.weight",
+        ("types.table",),
+        "types layer -> types layer",
+    ),
     _Name("embeddings.LayerNorm.weight", ("embedding_norm.gamma",), _VECTOR),
     _Name("embeddings.LayerNorm.bias", ("embedding_norm.beta",), _VECTOR),
 ]
@@ -114,7 +121,7 @@ _BERT_HEAD = [
 ]  # fmt: skip
 _GPT2_EMBEDDINGS = [
     _Name("wte.weight", ("embedding.table",), _SAME),
-    _Name("wpe.weight", ("positions.table",), _SAME),
+    _Name("wpe.weight", ("positions.table",), _POSITIONS),
 ]
 _GPT2_LAYER = [
     _Name("h.{i}.ln_1.weight", (_NORM1 + "gamma",), _VECTOR),
@@ -261,8 +268,9 @@ def _axis_sizes(pattern: str, ours: list[Tensor]) -> dict[str, int]:
 def _theirs(name: _Name, ours: list[Tensor]) -> Tensor:
     """Our weight(s) laid out as the checkpoint tensor: the pattern backwards."""
     left, right = name.pattern.split("->")
-    stacked = ours[0] if len(ours) == 1 else torch.stack(ours)
-    return rearrange(stacked, f"{right} -> {left}")
+    if len(ours) == 1:
+        return rearrange(ours[0], f"{right} -> {left}")
+    return rearrange(ours, f"{right} -> {left}")  # the list stacked along "three"
 
 
 def _fit(name: _Name, tensor: Tensor, ours: list[Tensor]) -> list[Tensor]:
@@ -288,9 +296,11 @@ def _parameters(model: nn.Module, name: _Name) -> list[Tensor]:
 
 
 # --8<-- [start:from_huggingface]
+@checked
 def from_huggingface(
     model,
-    state_dict: Mapping[str, Tensor] | None = None,
+    # any shape: each tensor is checked against its named weight below
+    state_dict: Mapping[str, Shaped[Tensor, "..."]] | None = None,  # noqa: UP037
     *,
     fused_attention: bool = False,
 ) -> TextEncoder | LanguageModel:
@@ -369,14 +379,18 @@ def _gpt2_config(ours: LanguageModel) -> dict:
     _check(not ours.embedding.scale, "GPT-2 does not scale its embeddings")
     _check(c.norm_first and c.has_final_norm, "GPT-2 is pre-norm with a final norm")
     _check(ours.generator.bias is None, "GPT-2's output has no bias")
+    vocab = ours.embedding.table.shape[0]
     return dict(
-        vocab_size=ours.embedding.table.shape[0],
+        vocab_size=vocab,
         n_positions=ours.positions.table.shape[0], n_embd=c.layer,
         n_layer=c.decoder_layers, n_head=c.heads, n_inner=c.hidden,
         activation_function=_THEIR_ACTIVATIONS[c.activation],
         resid_pdrop=c.dropout, embd_pdrop=c.dropout, attn_pdrop=c.dropout,
         layer_norm_epsilon=c.eps,
         tie_word_embeddings=ours.generator.table is ours.embedding.table,
+        # GPT-2's <|endoftext|> where the vocabulary has it
+        bos_token_id=50256 if vocab > 50256 else None,
+        eos_token_id=50256 if vocab > 50256 else None,
     )  # fmt: skip
 
 

@@ -21,13 +21,20 @@ Three conventions differ, and the converted module follows the library's:
 
 - **Boolean masks mean the opposite.** PyTorch's ``attn_mask``/``key_padding_mask``
   are True where attention is *blocked*; ours are True where it is *allowed*.
-  :func:`mask_from_torch` converts (and merges the two).
+  :func:`mask_from_torch` converts (and merges the two). A float ``attn_mask`` with
+  values other than $0$ and $-\infty$ (ALiBi, a mask filled with the dtype's most
+  negative number) is an additive score bias $B$: :func:`bias_from_torch` makes the
+  ``score_bias`` argument of the named modules from it.
 - **Batch first.** Named modules take ``*batch seq layer``. A PyTorch module built with
   ``batch_first=False`` takes ``seq batch layer``: convert its inputs with
   ``rearrange(x, "seq batch layer -> batch seq layer")``. The weights are the same.
 - **Fully masked rows.** ``nn.MultiheadAttention`` returns NaN for a query with no
   allowed key; ours returns zeros. PyTorch's encoder fast path (eval mode, with a
   padding mask) returns zeros at padded positions; compare non-padded positions only.
+- **GELU(approximate="tanh") in the fast path.** PyTorch's encoder fast path (eval
+  mode without autograd) computes the exact GELU for any ``nn.GELU``; the converted
+  layer computes the tanh approximation the module names, as PyTorch's own slow
+  path does (they differ by about $10^{-4}$).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.sublayers import FeedForward, LayerNorm
 from named_transformer.models.transformer import TransformerStacks
 
-__all__ = ["from_torch", "mask_from_torch", "to_torch"]
+__all__ = ["bias_from_torch", "from_torch", "mask_from_torch", "to_torch"]
 
 
 # --8<-- [start:mask_from_torch]
@@ -60,7 +67,8 @@ def mask_from_torch(
 
     ``attn_mask`` (``seq_q seq``; per-head 3-D masks do not convert): boolean True =
     blocked, or float, $-\infty$ = blocked (other float values are additive biases,
-    which a boolean mask cannot express; they raise ValueError).
+    which a boolean mask cannot express; they raise ValueError: use
+    :func:`bias_from_torch`).
     ``key_padding_mask`` (``batch seq``): True = padding. Returns ``seq_q seq``,
     ``batch 1 seq`` or their conjunction ``batch seq_q seq``; None if both are None.
     """
@@ -71,7 +79,8 @@ def mask_from_torch(
         else:
             if not bool(((attn_mask == 0) | (attn_mask == -torch.inf)).all()):
                 raise ValueError(
-                    "a float attn_mask converts only if every entry is 0 or -inf"
+                    "a float attn_mask converts to a mask only if every entry is 0 "
+                    "or -inf; bias_from_torch makes a score_bias of any other"
                 )
             allowed = attn_mask == 0
     if key_padding_mask is not None:
@@ -83,6 +92,47 @@ def mask_from_torch(
 
 
 # --8<-- [end:mask_from_torch]
+
+
+# --8<-- [start:bias_from_torch]
+@checked
+def bias_from_torch(
+    attn_mask: Bool[Tensor, "seq_q seq"] | Float[Tensor, "seq_q seq"] | None = None,
+    key_padding_mask: Bool[Tensor, "batch seq"]
+    | Float[Tensor, "batch seq"]
+    | None = None,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Float[Tensor, "*#batch #seq_q seq"] | None:
+    r"""Our additive score bias $B$ from PyTorch's ``attn_mask`` and
+    ``key_padding_mask``, as ``nn.MultiheadAttention`` adds them.
+
+    Each mask becomes a bias (a float one as it is; a boolean one $-\infty$ where True
+    = blocked, $0$ elsewhere) and the two are summed, ``key_padding_mask`` lifted
+    over $\mathsf{seq'}$. Returns ``seq_q seq``, ``batch 1 seq`` or ``batch seq_q
+    seq``, for the ``score_bias`` argument of the named modules; None if both are
+    None. Its $-\infty$ entries block as a mask does (a query with no key left gets
+    zeros where PyTorch gives NaN). ``dtype``: the bias's (default: a float mask's,
+    else torch's default dtype); pass the queries' dtype.
+    """
+    masks = [mask for mask in (attn_mask, key_padding_mask) if mask is not None]
+    if dtype is None:
+        floats = [mask.dtype for mask in masks if mask.dtype != torch.bool]
+        dtype = floats[0] if floats else torch.get_default_dtype()
+
+    def as_bias(mask: Tensor) -> Tensor:
+        if mask.dtype != torch.bool:
+            return mask.to(dtype)
+        return torch.zeros_like(mask, dtype=dtype).masked_fill(mask, -torch.inf)
+
+    bias = None if attn_mask is None else as_bias(attn_mask)
+    if key_padding_mask is not None:
+        padding = rearrange(as_bias(key_padding_mask), "batch seq -> batch 1 seq")
+        bias = padding if bias is None else bias + padding
+    return bias
+
+
+# --8<-- [end:bias_from_torch]
 
 
 def _copy(parameter: Tensor | None, value: Tensor | None) -> None:
@@ -107,13 +157,27 @@ def _activation_name(layer: nn.Module) -> str:
         isinstance(activation, nn.GELU) and activation.approximate == "none"
     ):
         return "gelu"
-    raise ValueError(f"only relu and gelu activations convert, got {activation!r}")
+    if isinstance(activation, nn.GELU) and activation.approximate == "tanh":
+        return "gelu_tanh"
+    if activation is F.silu or isinstance(activation, nn.SiLU):
+        return "silu"
+    raise ValueError(
+        "only relu, gelu, GELU(approximate='tanh') and silu activations convert, "
+        f"got {activation!r}"
+    )
+
+
+def _torch_activation(name: str) -> str | nn.Module:
+    """PyTorch's activation for one of ours: its string where it has one."""
+    return {"gelu_tanh": nn.GELU(approximate="tanh"), "silu": nn.SiLU()}.get(name, name)
 
 
 def _check_norms(*norms: nn.LayerNorm) -> None:
     for norm in norms:
-        if norm.weight is None or norm.bias is None:
-            raise ValueError("only LayerNorms with weight and bias convert (bias=True)")
+        if norm.weight is None:
+            raise ValueError(
+                "only LayerNorms with a weight convert (elementwise_affine=True)"
+            )
 
 
 # ------------------------------------------------------------------------- from PyTorch
@@ -123,16 +187,11 @@ def _check_norms(*norms: nn.LayerNorm) -> None:
 def _attention_from_torch(module: nn.MultiheadAttention) -> MultiHeadAttention:
     if module.bias_k is not None or module.add_zero_attn:
         raise ValueError("add_bias_kv and add_zero_attn have no named counterpart")
-    if module.kdim != module.vdim:
-        raise ValueError(
-            f"kdim={module.kdim} != vdim={module.vdim}: "
-            "keys and values must share a memory"
-        )
     heads, layer = module.num_heads, module.embed_dim
     ours = _like(
         MultiHeadAttention(
-            layer, heads, memory=module.kdim, bias=module.in_proj_bias is not None,
-            dropout=module.dropout,
+            layer, heads, memory=module.kdim, value_memory=module.vdim,
+            bias=module.in_proj_bias is not None, dropout=module.dropout,
         ),
         module,
     )  # fmt: skip
@@ -194,6 +253,7 @@ def _layer_options(theirs: nn.Module) -> dict:
         "activation": _activation_name(theirs),
         "norm_first": theirs.norm_first,
         "eps": theirs.norm1.eps,
+        "bias": theirs.linear1.bias is not None,
     }
 
 
@@ -235,7 +295,10 @@ def _final_norm_from_torch(theirs: nn.LayerNorm | None) -> LayerNorm | None:
     if theirs is None:
         return None
     _check_norms(theirs)
-    ours = _like(LayerNorm(theirs.normalized_shape[0], theirs.eps), theirs)
+    ours = LayerNorm(
+        theirs.normalized_shape[0], theirs.eps, bias=theirs.bias is not None
+    )
+    ours = _like(ours, theirs)
     _norm_from_torch(ours, theirs)
     return ours
 
@@ -247,7 +310,11 @@ def from_torch(module: nn.Module) -> nn.Module:
     Accepts ``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``,
     ``nn.TransformerDecoderLayer``, ``nn.TransformerEncoder``, ``nn.TransformerDecoder``
     and ``nn.Transformer``. The result is batch-first and reads masks as True = may
-    attend; it is in the same mode (train/eval), dtype and device as ``module``.
+    attend (:func:`mask_from_torch`; a float mask becomes a ``score_bias`` by
+    :func:`bias_from_torch`); it is in the same mode (train/eval), dtype and device as
+    ``module``. Layers built with ``bias=False``, the activations relu, gelu,
+    ``GELU(approximate="tanh")`` and silu, and attention with ``kdim != vdim`` (the
+    values then come from ``values_from``) convert.
     """
     if isinstance(module, nn.MultiheadAttention):
         ours = _attention_from_torch(module)
@@ -284,7 +351,7 @@ def _attention_to_torch(
         )
     theirs = nn.MultiheadAttention(
         ours.layer, ours.heads, dropout=ours.dropout, bias=ours.b_q is not None,
-        kdim=ours.memory, vdim=ours.memory, batch_first=batch_first,
+        kdim=ours.memory, vdim=ours.value_memory, batch_first=batch_first,
     )  # fmt: skip
     theirs = _like(theirs, ours)
     if theirs._qkv_same_embed_dim:
@@ -334,10 +401,11 @@ def _torch_layer_options(
 ) -> dict:
     return {
         "dropout": residual.dropout,
-        "activation": ours.feed_forward.activation,
+        "activation": _torch_activation(ours.feed_forward.activation),
         "layer_norm_eps": residual.norm.eps,
         "batch_first": batch_first,
         "norm_first": residual.norm_first,
+        "bias": ours.feed_forward.b1 is not None,
     }
 
 
@@ -361,7 +429,8 @@ def _decoder_layer_to_torch(
     ours: DecoderLayer, batch_first: bool
 ) -> nn.TransformerDecoderLayer:
     attention = ours.self_attention
-    if ours.cross_attention.memory != attention.layer:
+    cross = ours.cross_attention
+    if cross.memory != attention.layer or cross.value_memory != attention.layer:
         raise ValueError(
             "nn.TransformerDecoderLayer needs a memory as wide as the layer"
         )
@@ -382,7 +451,8 @@ def _decoder_layer_to_torch(
 def _final_norm_to_torch(ours: LayerNorm | None) -> nn.LayerNorm | None:
     if ours is None:
         return None
-    theirs = _like(nn.LayerNorm(ours.gamma.shape[0], ours.eps), ours)
+    theirs = nn.LayerNorm(ours.gamma.shape[0], ours.eps, bias=ours.beta is not None)
+    theirs = _like(theirs, ours)
     _norm_to_torch(theirs, ours)
     return theirs
 

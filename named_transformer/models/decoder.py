@@ -21,7 +21,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.models.encoder import _recording, _Stack
+from named_transformer.models.encoder import _biased, _recording, _Stack
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.sublayers import Activation, FeedForward, Residual
@@ -33,7 +33,8 @@ __all__ = ["Decoder", "DecoderLayer"]
 class DecoderLayer(CountsParameters, nn.Module):
     r"""Masked self-attention, cross-attention over the memory, feed-forward.
 
-    ``memory`` is the width of the encoder output (default ``layer``).
+    ``memory`` is the width of the encoder output (default ``layer``). ``bias=False``
+    builds it with no attention or feed-forward biases and no LayerNorm $\beta$.
     """
 
     def __init__(
@@ -48,18 +49,22 @@ class DecoderLayer(CountsParameters, nn.Module):
         norm_first: bool = False,
         eps: float = 1e-5,
         fused_attention: bool = False,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.self_attention = MultiHeadAttention(
-            layer, heads, dropout=dropout, fused=fused_attention
+            layer, heads, dropout=dropout, fused=fused_attention, bias=bias
         )
         self.cross_attention = MultiHeadAttention(
-            layer, heads, memory=memory, dropout=dropout, fused=fused_attention
-        )
+            layer, heads, memory=memory, dropout=dropout, fused=fused_attention,
+            bias=bias,
+        )  # fmt: skip
         self.feed_forward = FeedForward(
-            layer, hidden, activation=activation, dropout=dropout
+            layer, hidden, activation=activation, dropout=dropout, bias=bias
         )
-        options = {"dropout": dropout, "norm_first": norm_first, "eps": eps}
+        options = {
+            "dropout": dropout, "norm_first": norm_first, "eps": eps, "bias": bias
+        }  # fmt: skip
         self.self_attention_residual = Residual(layer, **options)
         self.cross_attention_residual = Residual(layer, **options)
         self.feed_forward_residual = Residual(layer, **options)
@@ -72,6 +77,9 @@ class DecoderLayer(CountsParameters, nn.Module):
         mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
         need_weights: bool = False,
+        *,
+        score_bias: Float[Tensor, "*#batch #seq_q #seq_q"] | None = None,
+        memory_score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
     ) -> (
         Float[Tensor, "*batch seq_q layer"]
         | tuple[
@@ -81,7 +89,8 @@ class DecoderLayer(CountsParameters, nn.Module):
         ]
     ):
         """``mask`` over target positions (pass a causal mask), ``memory_mask`` over
-        source.
+        source; ``score_bias`` and ``memory_score_bias``: additive biases on the
+        self- and cross-attention scores.
 
         Returns the output, or (output, self-attention weights, cross-attention
         weights).
@@ -89,11 +98,13 @@ class DecoderLayer(CountsParameters, nn.Module):
         found: list[Tensor] = []
 
         def self_attend(x: Tensor) -> Tensor:
-            return _recording(self.self_attention, found, need_weights)(x, mask=mask)
+            return _recording(self.self_attention, found, need_weights)(
+                x, mask=mask, **_biased(score_bias=score_bias)
+            )
 
         def cross_attend(x: Tensor) -> Tensor:
             return _recording(self.cross_attention, found, need_weights)(
-                x, memory, memory_mask
+                x, memory, memory_mask, **_biased(score_bias=memory_score_bias)
             )
 
         hidden = self.self_attention_residual(inputs, self_attend)
@@ -120,6 +131,9 @@ class Decoder(_Stack):
         mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
         need_weights: bool = False,
+        *,
+        score_bias: Float[Tensor, "*#batch #seq_q #seq_q"] | None = None,
+        memory_score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
     ) -> (
         Float[Tensor, "*batch seq_q layer"]
         | tuple[
@@ -129,15 +143,16 @@ class Decoder(_Stack):
         ]
     ):
         """Returns the output, or (output, self weights per layer, cross weights per
-        layer)."""
+        layer). The score biases reach every layer."""
         self_weights, cross_weights = [], []
+        biases = _biased(score_bias=score_bias, memory_score_bias=memory_score_bias)
         hidden = inputs
         for decoder_layer in self.layers:  # weights only when asked: fused stays fused
             if not need_weights:
-                hidden = decoder_layer(hidden, memory, mask, memory_mask)
+                hidden = decoder_layer(hidden, memory, mask, memory_mask, **biases)
                 continue
             hidden, own, cross = decoder_layer(
-                hidden, memory, mask, memory_mask, need_weights=True
+                hidden, memory, mask, memory_mask, need_weights=True, **biases
             )
             self_weights.append(own)
             cross_weights.append(cross)

@@ -54,6 +54,15 @@ def _recording(
     return call
 
 
+def _biased(**biases: Tensor | None) -> dict[str, Tensor]:
+    """The score biases that were given, as keyword arguments.
+
+    Only those: an attention module that takes no bias (relative positions) still
+    serves a layer called without one.
+    """
+    return {name: bias for name, bias in biases.items() if bias is not None}
+
+
 class EncoderLayer(CountsParameters, nn.Module):
     r"""Self-attention then feed-forward, each in a residual sublayer.
 
@@ -106,7 +115,7 @@ class EncoderLayer(CountsParameters, nn.Module):
 
         def self_attend(x: Tensor) -> Tensor:
             return _recording(self.self_attention, found, need_weights)(
-                x, mask=mask, score_bias=score_bias
+                x, mask=mask, **_biased(score_bias=score_bias)
             )
 
         hidden = self.attention_residual(inputs, self_attend)
@@ -185,11 +194,11 @@ class Encoder(_Stack):
         for encoder_layer in self.layers:  # weights only when asked: fused stays fused
             if need_weights:
                 hidden, layer_weights = encoder_layer(
-                    hidden, mask, need_weights=True, score_bias=score_bias
+                    hidden, mask, need_weights=True, **_biased(score_bias=score_bias)
                 )
                 weights.append(layer_weights)
             else:
-                hidden = encoder_layer(hidden, mask, score_bias=score_bias)
+                hidden = encoder_layer(hidden, mask, **_biased(score_bias=score_bias))
         if self.norm is not None:
             hidden = self.norm(hidden)
         return (hidden, weights) if need_weights else hidden

@@ -319,11 +319,11 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         heads: number of heads $|\mathsf{heads}|$.
         memory: width of the keys' and values' source (cross-attention); default
             ``layer``.
-        value_memory: width of the values' source when it differs from the keys'
-            (PyTorch's ``vdim`` beside ``kdim``):
-            $W^V \in \mathbb R^{\mathsf{heads}\times\mathsf{memory_v}\times\mathsf{val}}$;
-            default ``memory``. The values then come from ``forward``'s
-            ``values_from``.
+        value_memory: width $|\mathsf{memory_v}|$ of the values' source when it
+            differs from the keys' (PyTorch's ``vdim`` beside ``kdim``), so
+            $W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{memory_v} \times
+            \mathsf{val}}$; default ``memory``. The values then come from
+            ``forward``'s ``values_from``.
         key, val: widths of one head; default $|\mathsf{layer}|/|\mathsf{heads}|$
             (narrow, the paper) or $|\mathsf{layer}|$ when ``wide=True`` (Bloem).
         bias: learn $b^Q, b^K \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$,

@@ -102,7 +102,7 @@ class SentenceEncoder(nn.Module):
             batches.append(self(batch.tokens, batch.mask, batch.types))
         if not batches:
             raise ValueError("sentences must be a non-empty list of strings")
-        return torch.cat(batches)  # batches of different sizes, along sentences
+        return torch.cat(batches)  # allow-raw: batches of unequal sizes, in order
 
     @torch.inference_mode()
     def attention(
