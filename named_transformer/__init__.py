@@ -234,4 +234,4 @@ __all__ = [
     "to_huggingface",
     "bias_from_torch",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"

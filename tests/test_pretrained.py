@@ -384,6 +384,10 @@ def test_unscaled_embedding_is_the_row():
         lambda: nt.TextEncoder(11, nt.TransformerConfig(encoder_layers=1, layer=8,
                                heads=2, hidden=8))(torch.zeros(2, 3).long(),
                                                    torch.ones(2, 4).bool()),
+        lambda: nt.Pooler(8)(torch.randn(2, 3, 9)),
+        lambda: nt.MaskedLanguageHead(8, torch.nn.Parameter(torch.randn(11, 8)))(
+            torch.randn(2, 3, 7)),
+        lambda: nt.TokenEmbedding(11, 8, padding=11),
         lambda: nt.LanguageModel(11, nt.TransformerConfig(layer=8, heads=2, hidden=8),
                                  positions="learned", max_positions=4)(
             torch.zeros(1, 5).long()),
