@@ -416,6 +416,8 @@ def to_huggingface(model: TextEncoder | LanguageModel) -> nn.Module:
         theirs = hf.GPT2LMHeadModel(config)
     else:
         raise ValueError(f"{type(model).__name__} has no transformers counterpart")
+    # in our dtype before loading: float64 weights must not pass through float32
+    theirs = theirs.to(next(model.parameters()).dtype)
     has_prefix = any(k.startswith(family.prefix) for k in theirs.state_dict())
     state = {}
     for name in family.names(model):
@@ -427,8 +429,7 @@ def to_huggingface(model: TextEncoder | LanguageModel) -> nn.Module:
     left = [k for k in stripped if k not in _TIED and not _BUFFERS.search(k)]
     if left or unexpected:
         raise ValueError(f"internal: tensors {left or unexpected} did not convert")
-    dtype = next(model.parameters()).dtype
-    return theirs.to(dtype).eval()
+    return theirs.eval()
 
 
 # --8<-- [end:to_huggingface]
