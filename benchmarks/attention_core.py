@@ -1,5 +1,5 @@
-"""Benchmarks 1, 2 and 8: the attention core against SDPA, the score zoo, peak
-memory."""
+"""Benchmarks 1, 2, 8, 12 and 13: the attention core against SDPA, the score zoo, peak
+memory; blockwise attention against SDPA, in time and in memory."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import named_transformer as nt
 from benchmarks.common import interleaved, ms, table
+from named_transformer.core.blockwise import blockwise_attention
 
 
 def _attention_pair(batch: int, heads: int, seq: int, key: int, repeats: int):
@@ -84,12 +85,17 @@ def score_zoo(quick: bool) -> str:
 _MEMORY_CHILD = """
 import json, sys, torch, torch.nn.functional as F
 import named_transformer as nt
+from named_transformer.core.blockwise import blockwise_attention
 kind, seq = sys.argv[1], int(sys.argv[2])
 nt.shape_checks(False)
 q, k, v = (torch.randn(1, 8, seq, 64) for _ in range(3))
 mask = nt.causal_mask(seq)
-run = (lambda: nt.attention(q, k, v, mask)) if kind == "named" else (
-    lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+run = {
+    "named": lambda: nt.attention(q, k, v, mask),
+    "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+    "blockwise": lambda: blockwise_attention(q, k, v, causal=True),
+    "sdpa-causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+}[kind]
 def status(key):
     return next(int(l.split()[1]) for l in open("/proc/self/status")
                 if l.startswith(key)) / 1024
@@ -102,6 +108,17 @@ print(json.dumps(status("VmHWM") - before))
 """
 
 
+def _peak_mib(kind: str, seq: int) -> float:
+    """The rise of the RSS high-water mark over one call, in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_CHILD, kind, str(seq)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
 def peak_memory(quick: bool) -> str:
     """8. Peak resident memory (MiB) a forward call adds, each kind in a fresh process
     (Linux)."""
@@ -110,17 +127,110 @@ def peak_memory(quick: bool) -> str:
     for seq in lengths:
         cells = [seq, f"{8 * seq * seq * 4 / 2**20:.0f}"]
         for kind in ("named", "sdpa"):
-            out = subprocess.run(
-                [sys.executable, "-c", _MEMORY_CHILD, kind, str(seq)],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            cells.append(f"{json.loads(out.stdout):.0f}")
+            cells.append(f"{_peak_mib(kind, seq):.0f}")
         rows.append(cells)
     header = ["seq", "one score tensor MiB", "named peak MiB", "SDPA peak MiB"]
     return table(
         "8. Peak memory of one attention call (batch 1, heads 8, key 64; "
+        "rise of the RSS high-water mark)",
+        header,
+        rows,
+    )
+
+
+def _causal_pair(batch: int, heads: int, seq: int, key: int, block: int, repeats: int):
+    """Forward, and forward + backward, of blockwise (causal blocks skipped) and SDPA
+    (``is_causal=True``), interleaved."""
+    q, k, v = (torch.randn(batch, heads, seq, key) for _ in range(3))
+    inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+    grad = torch.randn(batch, heads, seq, key)
+
+    def blockwise(q, k, v):
+        return blockwise_attention(q, k, v, block=block, causal=True)
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def backward(attention):
+        return lambda: torch.autograd.grad(attention(*inputs), inputs, grad)
+
+    with torch.no_grad():
+        forward = interleaved(
+            {"blockwise": lambda: blockwise(q, k, v), "sdpa": lambda: sdpa(q, k, v)},
+            repeats,
+        )
+    both = interleaved(
+        {"blockwise": backward(blockwise), "sdpa": backward(sdpa)}, repeats
+    )
+    return forward, both
+
+
+def blockwise_vs_sdpa(quick: bool) -> str:
+    """12. Blockwise named attention (causal blocks skipped) against SDPA with
+    ``is_causal=True``: forward (target <= 1.5x), and forward + backward."""
+    lengths = [64, 128] if quick else [1024, 2048, 4096]
+    batch, heads, key = 2, 8, 64
+    block = 32 if quick else 128
+    rows = []
+    for seq in lengths:
+        repeats = 3 if quick else max(5, 20 * 1024 // seq)
+        (named, sdpa), (named_both, sdpa_both) = _causal_pair(
+            batch, heads, seq, key, block, repeats
+        )
+        rows.append(
+            [
+                seq,
+                ms(named.median),
+                named.spread,
+                ms(sdpa.median),
+                sdpa.spread,
+                f"{named.median / sdpa.median:.2f}",
+                ms(named_both.median),
+                ms(sdpa_both.median),
+                f"{named_both.median / sdpa_both.median:.2f}",
+            ]
+        )
+    header = [
+        "seq",
+        "blockwise ms",
+        "spread",
+        "SDPA ms",
+        "spread",
+        "blockwise / SDPA",
+        "fwd+bwd blockwise ms",
+        "fwd+bwd SDPA ms",
+        "fwd+bwd ratio",
+    ]
+    return table(
+        f"12. Blockwise named attention vs SDPA, forward (batch {batch} × heads "
+        f"{heads} × key {key}, causal; block {block})",
+        header,
+        rows,
+    )
+
+
+def blockwise_memory(quick: bool) -> str:
+    """13. Peak resident memory of one causal forward call: blockwise, SDPA
+    (``is_causal=True``) and the materialising path (up to 4,096 positions), each in a
+    fresh process (Linux)."""
+    lengths = [256, 512] if quick else [1024, 2048, 4096, 8192, 16384]
+    rows = []
+    for seq in lengths:
+        blockwise, sdpa = _peak_mib("blockwise", seq), _peak_mib("sdpa-causal", seq)
+        named = f"{_peak_mib('named', seq):.0f}" if seq <= 4096 else "skipped"
+        rows.append(
+            [seq, f"{blockwise:.0f}", f"{sdpa:.0f}", named,
+             f"{blockwise / max(sdpa, 1.0):.1f}"]
+        )  # fmt: skip
+    header = [
+        "seq",
+        "blockwise peak MiB",
+        "SDPA peak MiB",
+        "materialising peak MiB",
+        "blockwise / SDPA",
+    ]
+    return table(
+        "13. Peak memory of one causal attention call (batch 1, heads 8, key 64; "
         "rise of the RSS high-water mark)",
         header,
         rows,

@@ -1,4 +1,5 @@
-"""Benchmark 7: greedy decoding with and without the key/value cache (tokens/s).
+"""Benchmarks 7 and 11: greedy decoding with and without the key/value cache
+(tokens/s); the cache of grouped-query attention and of a sliding window (bytes).
 
 Four decoders run interleaved: the named cache (the default path the target counts),
 recomputing the prefix, the named step compiled over a fixed-size cache (the explicit
@@ -7,6 +8,9 @@ PyTorch's primitives (``F.linear``, ``F.scaled_dot_product_attention``,
 ``F.layer_norm``) over the weights of the ``nn.TransformerEncoderLayer`` stack that
 ``interop.to_torch`` makes from the model. PyTorch has no cached decoder of its own;
 the reference measures what the named cached step costs over a hand-written one.
+
+Table 11 decodes with models that differ only in their self-attention's key/value heads
+(8, 2, 1 of 8 query heads) and window, and reports the cache's bytes beside the speed.
 """
 
 from __future__ import annotations
@@ -185,4 +189,89 @@ def kv_cache(quick: bool) -> str:
     ]
     return table(
         f"7. Greedy decoding of {tokens} tokens, batch 1 ({sizes})", header, rows
+    )
+
+
+def _grouped_row(model, prompt, tokens: int, label: str, timing, reference) -> list:
+    """One row of table 11: the cache's bytes and the cached decoding's speed."""
+    decoder = IncrementalDecoder(model)
+    cached = greedy(decoder, prompt, tokens)
+    recomputed = greedy(IncrementalDecoder(model, cache=False), prompt, tokens)
+    window = decoder.window
+    held = decoder.length if window is None else min(decoder.length, window - 1)
+    per_token = decoder.cache_bytes() / held
+    return [
+        label,
+        model.config.kv_heads or model.config.heads,
+        f"{per_token:.0f}",
+        f"{decoder.cache_bytes() / 1024:.0f}",
+        f"{decoder.cache_bytes(allocated=True) / 1024:.0f}",
+        f"{tokens / timing.median:.0f}",
+        timing.spread,
+        f"{reference.median / timing.median:.2f}×",
+        f"{(cached.log_probs - recomputed.log_probs).abs().max().item():.0e}",
+    ]
+
+
+def grouped_cache(quick: bool) -> str:
+    """11. The key/value cache of grouped-query attention and of a sliding window.
+
+    Greedy decoding of ``tokens`` tokens from a 1-token prompt, batch 1, checks off,
+    with heads = 8 and kv_heads 8 (multi-head), 2 (grouped-query) and 1 (multi-query),
+    the same sizes otherwise; then kv_heads 8 and 2 under a sliding window shorter than
+    the generation. Bytes per token: of the positions cached (the keys and values of
+    every layer); the cache columns are after the last step: held (positions still
+    attended) and allocated (the buffers, spare room included).
+    """
+    tokens, repeats, window = (24, 1, 8) if quick else (256, 5, 32)
+    sizes = dict(
+        decoder_layers=2 if quick else 4,
+        layer=32 if quick else 256,
+        heads=8,
+        hidden=64 if quick else 1024,
+        dropout=0.0,
+    )
+    variants = {
+        "multi-head": {"kv_heads": 8},
+        "grouped-query": {"kv_heads": 2},
+        "multi-query": {"kv_heads": 1},
+        f"multi-head, window {window}": {"kv_heads": 8, "window": window},
+        f"grouped-query, window {window}": {"kv_heads": 2, "window": window},
+    }
+    models = {}
+    for label, options in variants.items():
+        torch.manual_seed(0)
+        models[label] = LanguageModel(100, TransformerConfig(**sizes, **options)).eval()
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    with nt.shape_checks(False), torch.no_grad():
+        runs = {
+            label: (lambda m=model: greedy(IncrementalDecoder(m), prompt, tokens))
+            for label, model in models.items()
+        }
+        timings = {t.name: t for t in interleaved(runs, repeats, warmup=1)}
+        reference = timings["multi-head"]
+        rows = [
+            _grouped_row(model, prompt, tokens, label, timings[label], reference)
+            for label, model in models.items()
+        ]
+    header = [
+        "self-attention",
+        "kv_heads",
+        "cache bytes / token",
+        "held (KiB)",
+        "allocated (KiB)",
+        "tokens/s",
+        "spread",
+        "speed vs multi-head",
+        "max abs Δ log p vs recomputing",
+    ]
+    description = (
+        f"{sizes['decoder_layers']} layers, layer {sizes['layer']}, heads 8, "
+        f"hidden {sizes['hidden']}, float32"
+    )
+    return table(
+        f"11. Grouped-query attention and a sliding window: the key/value cache over "
+        f"{tokens} tokens, batch 1 ({description})",
+        header,
+        rows,
     )

@@ -16,7 +16,7 @@ import time
 import torch
 
 import named_transformer as nt
-from benchmarks import attention_core, decoding, modules
+from benchmarks import attention_core, decoding, modules, pretrained
 from benchmarks.common import matmul_peak_gflops
 
 
@@ -48,6 +48,11 @@ def main() -> None:
     print(decoding.kv_cache(args.quick))
     print(attention_core.peak_memory(args.quick))
     print(modules.fused_option(args.quick))
+    print(pretrained.minilm(args.quick))
+    print(decoding.grouped_cache(args.quick))
+    with nt.shape_checks(False):
+        print(attention_core.blockwise_vs_sdpa(args.quick))
+    print(attention_core.blockwise_memory(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 

@@ -11,6 +11,7 @@ from named_transformer.axes import (
     shape_checks,
     shape_checks_enabled,
 )
+from named_transformer.core.alibi import alibi_bias, alibi_slopes
 from named_transformer.core.attention import (
     attend,
     attention,
@@ -19,9 +20,15 @@ from named_transformer.core.attention import (
     fused_attention,
 )
 from named_transformer.core.basic import basic_self_attention
+from named_transformer.core.blockwise import blockwise_attention
 from named_transformer.core.dropout import dropout
 from named_transformer.core.feedforward import feed_forward, gelu, gelu_tanh, relu, silu
-from named_transformer.core.masks import causal_mask, key_padding_mask, padding_mask
+from named_transformer.core.masks import (
+    causal_mask,
+    key_padding_mask,
+    padding_mask,
+    sliding_window_mask,
+)
 from named_transformer.core.norm import layer_norm, standardize
 from named_transformer.core.pooling import (
     attention_pooling,
@@ -33,6 +40,7 @@ from named_transformer.core.positions import (
     relative_position_index,
     sinusoidal_positions,
 )
+from named_transformer.core.rotary import rotary_angles, rotary_frequencies, rotate
 from named_transformer.core.scores import (
     additive_score,
     cosine_score,
@@ -58,6 +66,11 @@ from named_transformer.interop.pytorch import (
     mask_from_torch,
     to_torch,
 )
+from named_transformer.models.alibi import (
+    ALiBiMultiHeadAttention,
+    alibi_attend_heads,
+    alibi_multihead_attention,
+)
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import Decoder, DecoderLayer
@@ -70,10 +83,19 @@ from named_transformer.models.embedding import (
 )
 from named_transformer.models.encoder import Encoder, EncoderLayer
 from named_transformer.models.generator import Generator, log_probabilities
+from named_transformer.models.grouped import (
+    fused_grouped_attention,
+    group_queries,
+    grouped_attend,
+    grouped_attention,
+    grouped_attention_weights,
+)
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import (
     MultiHeadAttention,
+    attend_grouped_heads,
     attend_heads,
+    grouped_query_attention,
     merge_heads,
     multihead_attention,
     multihead_self_attention,
@@ -95,6 +117,11 @@ from named_transformer.models.rnn import (
     elman_cell,
     gru_cell,
     lstm_cell,
+)
+from named_transformer.models.rotary import (
+    RotaryMultiHeadAttention,
+    rotary_multihead_attention,
+    rotate_heads,
 )
 from named_transformer.models.seq2seq import (
     AttentionDecoder,
@@ -233,5 +260,25 @@ __all__ = [
     "load_minilm",
     "to_huggingface",
     "bias_from_torch",
+    "alibi_bias",
+    "alibi_slopes",
+    "sliding_window_mask",
+    "rotary_angles",
+    "rotary_frequencies",
+    "rotate",
+    "ALiBiMultiHeadAttention",
+    "alibi_attend_heads",
+    "alibi_multihead_attention",
+    "fused_grouped_attention",
+    "group_queries",
+    "grouped_attend",
+    "grouped_attention",
+    "grouped_attention_weights",
+    "attend_grouped_heads",
+    "grouped_query_attention",
+    "RotaryMultiHeadAttention",
+    "rotary_multihead_attention",
+    "rotate_heads",
+    "blockwise_attention",
 ]
 __version__ = "0.3.0"

@@ -51,6 +51,13 @@ AXES: dict[str, Axis] = {
     "key_q": Axis(r"\mathsf{key'}", "query width when it differs from the key width"),
     "val": Axis(r"\mathsf{val}", "value width of one head, d_v"),
     "heads": Axis(r"\mathsf{heads}", "attention heads"),
+    "kv_heads": Axis(
+        r"\mathsf{kv\_heads}",
+        "key/value heads, each shared by a group of query heads (GQA; MQA when 1)",
+    ),
+    "group": Axis(
+        r"\mathsf{group}", "query heads sharing one key/value head: heads / kv_heads"
+    ),
     "hidden": Axis(
         r"\mathsf{hidden}", "feed-forward width; the state of an RNN (§4.2)"
     ),
@@ -80,6 +87,9 @@ AXES: dict[str, Axis] = {
     ),
     "layers": Axis(r"\mathsf{layers}", "a model's layers, stacked (attention maps)"),
     "sentences": Axis(r"\mathsf{sentences}", "sentences embedded together"),
+    "pairs": Axis(
+        r"\mathsf{pairs}", "pairs of key channels rotated together, |key|/2 (RoPE)"
+    ),
 }
 # --8<-- [end:axes]
 

@@ -63,6 +63,24 @@ def test_train_decoder_only_with_relative_positions_and_no_shape_checks(
     assert json.loads((out / "metrics.json").read_text())["kind"] == "decoder-only"
 
 
+@pytest.mark.parametrize("positions", ["rotary", "alibi"])
+def test_train_and_decode_with_rotary_and_alibi_positions(tmp_path, capsys, positions):
+    from named_transformer.workflows.runner import load_run
+
+    out = tmp_path / positions
+    printed = run(capsys, "train", "copy", *TINY, "--positions", positions,
+                  "--no-figure", "--no-progress", "--out", str(out))  # fmt: skip
+    assert "held-out exact match:" in printed
+    loaded = load_run(out / "checkpoint.pt")
+    assert loaded["spec"]["positions"] == positions
+    attention = loaded["model"].stacks.decoder.layers[0].self_attention
+    expected = {"rotary": "Rotary", "alibi": "ALiBi"}[positions] + "MultiHeadAttention"
+    assert type(attention).__name__ == expected
+    printed = run(capsys, "decode", str(out / "checkpoint.pt"), "3 1 4",
+                  "--figure", str(tmp_path / "decode.png"))  # fmt: skip
+    assert re.fullmatch(r"\d*", printed.splitlines()[0])
+
+
 def test_train_sentiment_classifier_and_bag_of_words(tmp_path, capsys):
     printed = run(capsys, "train", "sentiment", *TINY, "--out", str(tmp_path / "s"))
     assert re.search(r"^held-out accuracy: \d+\.\d%$", printed, re.MULTILINE)

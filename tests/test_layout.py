@@ -127,7 +127,12 @@ ADDED_IN_0_3_0 = [
     "gelu", "gelu_tanh", "silu", "l2_normalize", "mean_pooling", "MaskedLanguageHead",
     "Pooler", "TextEncoder", "dense", "SentenceEncoder", "Tokenized",
     "checkpoint_names", "from_huggingface", "load_minilm", "to_huggingface",
-    "bias_from_torch",
+    "bias_from_torch", "alibi_bias", "alibi_slopes", "sliding_window_mask",
+    "rotary_angles", "rotary_frequencies", "rotate", "ALiBiMultiHeadAttention",
+    "alibi_attend_heads", "alibi_multihead_attention", "fused_grouped_attention",
+    "group_queries", "grouped_attend", "grouped_attention", "grouped_attention_weights",
+    "attend_grouped_heads", "grouped_query_attention", "RotaryMultiHeadAttention",
+    "rotary_multihead_attention", "rotate_heads", "blockwise_attention",
 ]  # fmt: skip
 
 

@@ -9,6 +9,9 @@ from jaxtyping import TypeCheckError
 
 import named_transformer as nt
 import named_transformer.core
+from named_transformer.core.alibi import alibi_bias
+from named_transformer.core.blockwise import blockwise_attention
+from named_transformer.core.rotary import rotate
 
 B, SEQ_Q, SEQ, KEY_Q, KEY, VAL, LAYER, HIDDEN = 2, 3, 4, 5, 6, 7, 8, 9
 
@@ -160,6 +163,19 @@ CASES = {
         [torch.tensor([1.0, 2.0]), 4],
         "lengths",
     ),
+    "rotate": (
+        rotate,
+        [QUERIES, r(SEQ_Q, KEY // 2)],
+        [QUERIES, r(SEQ, KEY // 2)],
+        "angles",
+    ),
+    "alibi_bias": (alibi_bias, [SEQ_Q, SEQ, r(B)], [SEQ_Q, SEQ, r(B, 1)], "slopes"),
+    "blockwise_attention": (
+        blockwise_attention,
+        [QUERIES, KEYS, VALUES, None, 2],
+        [QUERIES, KEYS, BAD_VALUES, None, 2],
+        "values",
+    ),
 }
 
 
@@ -193,8 +209,12 @@ def test_every_public_function_of_the_core_has_a_case():
         public |= set(importlib.import_module(name).__all__)
     takes_sizes = {
         "causal_mask",
+        "sliding_window_mask",
         "sinusoidal_positions",
         "relative_position_index",
+        "rotary_frequencies",
+        "rotary_angles",
+        "alibi_slopes",
     }  # no tensors
     missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"

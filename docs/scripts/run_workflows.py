@@ -110,7 +110,7 @@ EXPERIMENTS: dict[str, dict] = {
             "min_len": 1,
             "max_len": 20,
         }  # fmt: skip
-        for positions in ("sinusoidal", "learned", "relative")
+        for positions in ("sinusoidal", "learned", "relative", "rotary", "alibi")
     },
 }
 # the quick mode covers every code path: each model kind, relative positions, the report
@@ -243,7 +243,10 @@ def report(runs: Path, docs: Path, names: list[str], quick: bool = False) -> Non
             "dates",
         ],
         "curves-sentiment": ["sentiment", "sentiment-bag-of-words"],
-        "curves-length": ["length-sinusoidal", "length-learned", "length-relative"],
+        "curves-length": [
+            f"length-{p}"
+            for p in ("sinusoidal", "learned", "relative", "rotary", "alibi")
+        ],
     }.items():
         present = [m for m in members if m in done]
         if not present:

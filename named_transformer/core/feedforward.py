@@ -103,6 +103,18 @@ def silu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden
 # --8<-- [end:gelu]
 
 
+def _plus_bias(outputs: Tensor, bias: Tensor) -> Tensor:
+    """``outputs + bias``, written into ``outputs`` when no gradient is recorded.
+
+    ``outputs`` must be a fresh product (nothing else holds it). Without autograd the
+    in-place sum saves a temporary as large as the product: in an inference forward
+    these are the largest tensors, and allocating them costs more than adding.
+    """
+    if torch.is_grad_enabled() and (outputs.requires_grad or bias.requires_grad):
+        return outputs + bias
+    return outputs.add_(bias)
+
+
 # --8<-- [start:feed_forward]
 @checked
 def feed_forward(
@@ -116,9 +128,9 @@ def feed_forward(
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$
     (``activation`` may be GELU or SiLU; a bias of None is left out)."""
     hidden = einsum(inputs, w1, "... layer, hidden layer -> ... hidden")
-    hidden = activation(hidden if b1 is None else hidden + b1)
+    hidden = activation(hidden if b1 is None else _plus_bias(hidden, b1))
     outputs = einsum(hidden, w2, "... hidden, layer hidden -> ... layer")
-    return outputs if b2 is None else outputs + b2
+    return outputs if b2 is None else _plus_bias(outputs, b2)
 
 
 # --8<-- [end:feed_forward]

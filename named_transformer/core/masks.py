@@ -16,7 +16,7 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 
-__all__ = ["causal_mask", "key_padding_mask", "padding_mask"]
+__all__ = ["causal_mask", "key_padding_mask", "padding_mask", "sliding_window_mask"]
 
 
 # --8<-- [start:causal_mask]
@@ -44,6 +44,42 @@ def causal_mask(
 
 
 # --8<-- [end:causal_mask]
+
+
+# --8<-- [start:sliding_window_mask]
+@checked
+def sliding_window_mask(
+    seq_q: int,
+    seq: int | None = None,
+    *,
+    window: int,
+    offset: int = 0,
+    device: torch.device | str | None = None,
+) -> Bool[Tensor, "seq_q seq"]:
+    r"""Local causal attention: query position $j$ may attend key position $i$ iff
+    $j - w < i \le j$, with $w$ = ``window``.
+
+    Each query sees itself and the $w - 1$ positions before it: $w$ keys at most, so a
+    layer's cost and its key/value cache no longer grow with the sequence (Longformer's
+    local attention, made causal; Mistral 7B). The window counts the query itself, as
+    Hugging Face's ``sliding_window`` does (Mistral's paper words it as "between
+    $j - w$ and $j$"). Stacked layers still carry information further: $L$ layers reach
+    back $L(w - 1)$ positions. ``offset`` is the absolute position of the first query,
+    as in :func:`causal_mask`; a window at least as long as the sequence is the causal
+    mask.
+    """
+    if window < 1:
+        raise ValueError(f"window must be at least 1 (the query itself), got {window}")
+    seq = seq_q if seq is None else seq
+    query_positions = torch.arange(offset, offset + seq_q, device=device)
+    key_positions = torch.arange(seq, device=device)
+    distance = rearrange(query_positions, "seq_q -> seq_q 1") - rearrange(
+        key_positions, "seq -> 1 seq"
+    )  # j - i
+    return (distance >= 0) & (distance < window)
+
+
+# --8<-- [end:sliding_window_mask]
 
 
 # --8<-- [start:padding_mask]

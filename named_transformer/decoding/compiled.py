@@ -42,7 +42,13 @@ class CompiledDecoder(IncrementalDecoder):
     size and capacity, reuse it. A new batch size or capacity compiles again
     (``torch.compile`` keeps up to 8 versions of one function). The step runs with shape
     checks off: they cannot run inside a compiled graph. The model must be in eval mode
-    (its position table is read once) and use ordinary, not relative, self-attention.
+    (its position table is read once). Its self-attention may be ordinary, rotary
+    (:class:`~named_transformer.models.rotary.RotaryMultiHeadAttention`) or ALiBi
+    (:class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`): their angles
+    and biases take the position as a tensor too. Relative self-attention is refused
+    (its table lookup needs the position as a Python number). Grouped-query attention
+    keeps ``kv_heads`` heads in the buffers; a sliding window (``config.window``) is
+    applied by the mask, the buffers staying capacity-sized.
     """
 
     def __init__(
@@ -67,8 +73,9 @@ class CompiledDecoder(IncrementalDecoder):
             for layer in self.layers
         ):
             raise ValueError(
-                "CompiledDecoder supports MultiHeadAttention only, "
-                "not relative self-attention"
+                "CompiledDecoder supports ordinary, rotary and ALiBi self-attention, "
+                "not relative self-attention (RelativeMultiHeadAttention): "
+                "decode it with IncrementalDecoder"
             )
         self.capacity = capacity
         table = self.embedding.table  # gives the model's dtype, device and width
@@ -86,8 +93,8 @@ class CompiledDecoder(IncrementalDecoder):
         table = self.embedding.table
         for layer, entry in zip(self.layers, self.caches, strict=True):
             attention = layer.self_attention
-            heads, key, val = (
-                attention.heads,
+            heads, key, val = (  # the key/value heads: fewer under grouped-query
+                attention.w_k.shape[0],
                 attention.w_k.shape[-1],
                 attention.w_v.shape[-1],
             )
@@ -136,15 +143,17 @@ class CompiledDecoder(IncrementalDecoder):
         mask: None,
     ):
         """Write slot ``position`` of the fixed buffers; attend over every slot, masking
-        those after it."""
+        those after it (and, under a sliding window, those before the window)."""
         entry.keys.index_copy_(  # allow-raw: write one slot of seq in place
             -2, position, keys
         )
         entry.values.index_copy_(  # allow-raw: write one slot of seq in place
             -2, position, values
         )
-        seen = rearrange(self.slots <= position, "seq -> 1 seq")  # seq_q = 1
-        return entry.keys, entry.values, seen
+        seen = self.slots <= position
+        if self.window is not None:  # the buffers stay capacity-sized
+            seen = seen & (self.slots > position - self.window)
+        return entry.keys, entry.values, rearrange(seen, "seq -> 1 seq")  # seq_q = 1
 
 
 # --8<-- [end:CompiledDecoder]

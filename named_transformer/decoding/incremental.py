@@ -24,10 +24,12 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from named_transformer.core.masks import causal_mask
+from named_transformer.core.masks import causal_mask, sliding_window_mask
 from named_transformer.core.positions import relative_position_index
+from named_transformer.models.alibi import ALiBiMultiHeadAttention, alibi_attend_heads
 from named_transformer.models.multihead import (
     MultiHeadAttention,
+    attend_grouped_heads,
     attend_heads,
     merge_heads,
     project_heads,
@@ -39,19 +41,24 @@ from named_transformer.models.relative import (
     relative_attend,
     relative_attention_weights,
 )
+from named_transformer.models.rotary import RotaryMultiHeadAttention, rotate_heads
 
 __all__ = ["IncrementalDecoder"]
 
 
 @dataclass
 class _LayerCache:
-    keys: Tensor | None = None  # batch heads seq key, with spare room along seq
+    keys: Tensor | None = None  # batch kv_heads seq key, with spare room along seq
     values: Tensor | None = None
     memory_keys: Tensor | None = None
     memory_values: Tensor | None = None
     # the self-attention's stacked W_qkv, built once per decoding
     w_qkv: Tensor | None = None
     b_qkv: Tensor | None = None
+    # absolute positions of the buffers' slot 0 and of the first key the last step
+    # attended (both move only under a sliding window)
+    start: int = 0
+    first: int = 0
 
 
 def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
@@ -78,7 +85,12 @@ def _cached_attention(
     offset: int,
 ) -> Tensor:
     """Attention of new queries over (cached + new) keys and values: the modules' own
-    equations."""
+    equations.
+
+    ``offset`` is the first query's position counted from the first key given (the
+    absolute position, unless a sliding window has dropped earlier keys). Keys with
+    fewer heads than the queries are grouped-query attention's.
+    """
     if isinstance(attention, RelativeMultiHeadAttention):
         seq_q, seq = queries.shape[-2], keys.shape[-2]
         index = relative_position_index(
@@ -97,6 +109,17 @@ def _cached_attention(
             attention.w_o,
             attention.b_o,
         )
+    if isinstance(attention, ALiBiMultiHeadAttention):  # the new queries at offset
+        outputs, _ = alibi_attend_heads(
+            queries, keys, values, attention.w_o, attention.slopes, attention.b_o,
+            mask, offset, symmetric=attention.symmetric,
+        )  # fmt: skip
+        return outputs
+    if keys.shape[-3] != queries.shape[-3]:  # grouped-query: kv_heads < heads
+        outputs, _ = attend_grouped_heads(
+            queries, keys, values, attention.w_o, attention.b_o, mask
+        )
+        return outputs
     outputs, _ = attend_heads(queries, keys, values, attention.w_o, attention.b_o, mask)
     return outputs
 
@@ -118,6 +141,29 @@ def _grow(buffer: Tensor | None, length: int, new: Tensor) -> Tensor:
     return buffer
 
 
+def _slide(
+    buffer: Tensor | None, length: int, new: Tensor, keep: int
+) -> tuple[Tensor, int]:
+    """:func:`_grow` under a sliding window, where only the last ``keep`` of the first
+    ``length`` positions can still be attended.
+
+    When the buffer is full, or far larger than the window needs (after a long
+    prompt), those ``keep`` positions move to the front of a fresh buffer sized by the
+    window: memory stays bounded by it, and the copy is paid once per ~window steps.
+    Returns the buffer and the number of positions dropped from its front.
+    """
+    steps, kept = new.shape[-2], min(length, keep)
+    room = max(2 * (kept + steps), 16)
+    if buffer is not None and length + steps <= buffer.shape[-2] <= 2 * room:
+        buffer[..., length : length + steps, :] = new
+        return buffer, 0
+    fresh = new.new_empty(*new.shape[:-2], room, new.shape[-1])
+    if kept:
+        fresh[..., :kept, :] = buffer[..., length - kept : length, :]
+    fresh[..., kept : kept + steps, :] = new
+    return fresh, length - kept
+
+
 # --8<-- [start:IncrementalDecoder]
 class IncrementalDecoder:
     r"""Next-token log-probabilities for a growing prefix, with or without a key/value
@@ -127,9 +173,19 @@ class IncrementalDecoder:
     ``source`` and ``source_mask``; the memory is encoded once) and for
     :class:`~named_transformer.models.language_model.LanguageModel` (no source).
     Self-attention modules may be
-    :class:`~named_transformer.models.relative.RelativeMultiHeadAttention`. Call it with
+    :class:`~named_transformer.models.relative.RelativeMultiHeadAttention`,
+    :class:`~named_transformer.models.rotary.RotaryMultiHeadAttention` (the new keys are
+    cached already rotated at their own positions) or
+    :class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`. Call it with
     the whole prefix so far; with ``cache=True`` only the positions not yet seen are
     computed. :meth:`select` keeps (and repeats) rows, for beam search.
+
+    The cache holds each self-attention's keys and values with the module's own
+    ``kv_heads``: grouped-query attention shrinks it by $|\mathsf{heads}| /
+    |\mathsf{kv\_heads}|$ (:meth:`cache_bytes` measures it). With the model's
+    ``config.window`` set, it keeps only the last ``window`` - 1 positions before the
+    new ones (a sliding window: memory bounded by the window, however long the
+    decoding).
 
     It works under ``torch.inference_mode``: decoding never needs a gradient, and each
     tiny step then skips autograd's bookkeeping. The log-probabilities it returns cannot
@@ -162,6 +218,7 @@ class IncrementalDecoder:
         self.layers = list(layers)
         self.caches = [_LayerCache() for _ in self.layers]
         self.length = 0
+        self.window = getattr(getattr(model, "config", None), "window", None)
         if cache:
             for layer, entry in zip(self.layers, self.caches, strict=True):
                 _stacked_weights(layer.self_attention, entry)
@@ -187,6 +244,28 @@ class IncrementalDecoder:
                 value = getattr(entry, name)
                 if value is not None:
                     setattr(entry, name, value[rows])
+
+    # --8<-- [start:cache_bytes]
+    def cache_bytes(self, *, allocated: bool = False) -> int:
+        """Bytes of the self-attention keys and values cached, over all layers.
+
+        By default, those of the positions later steps still attend to: every position
+        seen, or the last ``window`` - 1 under a sliding window. Per position that is
+        layers × batch × kv_heads × (key + val) × the element size: grouped-query
+        attention divides it by heads / kv_heads. ``allocated=True`` counts the buffers
+        instead (spare room, and positions that left the window, included): the memory
+        held. The cross-attention's keys and values of the source are not counted.
+        """
+        held = self.length if self.window is None else min(self.length, self.window - 1)
+        total = 0
+        for entry in self.caches:
+            for buffer in (entry.keys, entry.values):
+                if buffer is not None:
+                    per_position = buffer.nbytes // buffer.shape[-2]
+                    total += buffer.nbytes if allocated else held * per_position
+        return total
+
+    # --8<-- [end:cache_bytes]
 
     @torch.inference_mode()
     def __call__(self, tokens: Tensor) -> Tensor:
@@ -230,12 +309,43 @@ class IncrementalDecoder:
     ):
         """Store the new keys and values; return every position seen so far and the mask
         over them."""
+        if self.window is not None:
+            return self._remember_window(entry, keys, values, offset)
         entry.keys, entry.values = (
             _grow(entry.keys, offset, keys),
             _grow(entry.values, offset, values),
         )
         seen = offset + keys.shape[-2]
         return entry.keys[..., :seen, :], entry.values[..., :seen, :], mask
+
+    # --8<-- [start:remember_window]
+    def _remember_window(
+        self, entry: _LayerCache, keys: Tensor, values: Tensor, offset: int
+    ):
+        """Store the new keys and values after the last ``window`` - 1 positions; return
+        the positions the new queries may see and the sliding window over them.
+
+        Buffer slot $s$ holds absolute position ``entry.start`` + $s$. The first new
+        query, at ``offset``, sees the positions after ``offset`` - ``window``: the
+        slots from ``first`` on. One new token sees all of them, so needs no mask.
+        """
+        window, steps = self.window, keys.shape[-2]
+        length = offset - entry.start  # positions in the buffers before this step
+        entry.keys, dropped = _slide(entry.keys, length, keys, window - 1)
+        entry.values, _ = _slide(entry.values, length, values, window - 1)
+        entry.start, length = entry.start + dropped, length - dropped
+        first = max(0, length - (window - 1))
+        entry.first = entry.start + first
+        seen = length + steps
+        mask = None
+        if steps > 1:
+            mask = sliding_window_mask(
+                steps, seen - first, window=window, offset=length - first,
+                device=keys.device,
+            )  # fmt: skip
+        return entry.keys[..., first:seen, :], entry.values[..., first:seen, :], mask
+
+    # --8<-- [end:remember_window]
 
     def _layer(self, layer, entry: _LayerCache, hidden, mask, offset):
         def self_attend(x: Tensor) -> Tensor:
@@ -248,9 +358,15 @@ class IncrementalDecoder:
                 queries, keys, values = stacked_projection(
                     x, entry.w_qkv, attention.heads, entry.b_qkv
                 )
+            if isinstance(attention, RotaryMultiHeadAttention):
+                # new queries and keys both sit at offset...: the cache keeps the
+                # keys rotated at their own positions
+                queries = rotate_heads(queries, offset=offset, base=attention.base)
+                keys = rotate_heads(keys, offset=offset, base=attention.base)
             keys, values, seen_mask = self._remember(entry, keys, values, offset, mask)
+            # the queries' position counted from the first key they see (the window's)
             return _cached_attention(
-                attention, queries, keys, values, seen_mask, offset
+                attention, queries, keys, values, seen_mask, offset - entry.first
             )
 
         def cross_attend(x: Tensor) -> Tensor:

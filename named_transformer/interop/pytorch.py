@@ -344,6 +344,12 @@ def from_torch(module: nn.Module) -> nn.Module:
 def _attention_to_torch(
     ours: MultiHeadAttention, batch_first: bool
 ) -> nn.MultiheadAttention:
+    if ours.kv_heads != ours.heads:
+        raise ValueError(
+            f"grouped-query attention (kv_heads={ours.kv_heads} < "
+            f"heads={ours.heads}) has no nn.MultiheadAttention counterpart: "
+            "PyTorch's module has as many key/value heads as query heads"
+        )
     if ours.key * ours.heads != ours.layer or ours.val != ours.key:
         raise ValueError(
             "only narrow heads (|key| = |val| = |layer|/|heads|) "

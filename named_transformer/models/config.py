@@ -35,6 +35,15 @@ class TransformerConfig:
     eps: float = 1e-5
     # True: PyTorch's fused kernel wherever no weights are asked for
     fused_attention: bool = False
+    # blockwise attention (online softmax), this many positions a block, wherever no
+    # weights are asked for; None = the materialising named path
+    attention_block: int | None = None
+    # key/value heads of every self-attention (grouped-query attention; 1 =
+    # multi-query); None = heads
+    kv_heads: int | None = None
+    # causal self-attention sees only the last `window` positions, itself included
+    # (sliding_window_mask; decoder-only blocks and the decoder); None = all
+    window: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("encoder_layers", "decoder_layers"):
@@ -57,6 +66,21 @@ class TransformerConfig:
             )
         if self.eps <= 0:
             raise ValueError(f"eps must be positive, got {self.eps}")
+        if self.attention_block is not None and self.attention_block < 1:
+            raise ValueError(
+                f"attention_block must be positive, got {self.attention_block}"
+            )
+        if self.kv_heads is not None and (
+            self.kv_heads < 1 or self.heads % self.kv_heads != 0
+        ):
+            raise ValueError(
+                f"kv_heads={self.kv_heads} must divide heads={self.heads} "
+                "(each key/value head serves heads/kv_heads query heads)"
+            )
+        if self.window is not None and self.window < 1:
+            raise ValueError(
+                f"window must be at least 1 (the query itself), got {self.window}"
+            )
 
     @classmethod
     def base(cls) -> TransformerConfig:
@@ -85,6 +109,8 @@ class TransformerConfig:
             "norm_first": self.norm_first,
             "eps": self.eps,
             "fused_attention": self.fused_attention,
+            "attention_block": self.attention_block,
+            "kv_heads": self.kv_heads,
         }
 
 

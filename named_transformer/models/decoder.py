@@ -35,6 +35,9 @@ class DecoderLayer(CountsParameters, nn.Module):
 
     ``memory`` is the width of the encoder output (default ``layer``). ``bias=False``
     builds it with no attention or feed-forward biases and no LayerNorm $\beta$.
+    ``kv_heads`` makes the self-attention grouped-query (the one whose keys and values
+    a decoder caches); the cross-attention keeps ``heads``. ``attention_block`` makes
+    both attentions blockwise (``MultiHeadAttention``'s ``block``).
     """
 
     def __init__(
@@ -50,14 +53,17 @@ class DecoderLayer(CountsParameters, nn.Module):
         eps: float = 1e-5,
         fused_attention: bool = False,
         bias: bool = True,
+        kv_heads: int | None = None,
+        attention_block: int | None = None,
     ) -> None:
         super().__init__()
         self.self_attention = MultiHeadAttention(
-            layer, heads, dropout=dropout, fused=fused_attention, bias=bias
-        )
+            layer, heads, dropout=dropout, fused=fused_attention, bias=bias,
+            kv_heads=kv_heads, block=attention_block,
+        )  # fmt: skip
         self.cross_attention = MultiHeadAttention(
             layer, heads, memory=memory, dropout=dropout, fused=fused_attention,
-            bias=bias,
+            bias=bias, block=attention_block,
         )  # fmt: skip
         self.feed_forward = FeedForward(
             layer, hidden, activation=activation, dropout=dropout, bias=bias

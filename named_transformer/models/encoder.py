@@ -69,6 +69,8 @@ class EncoderLayer(CountsParameters, nn.Module):
     Defaults are the paper's base layer (512 wide, 8 heads, hidden 2048, dropout 0.1,
     ReLU, post-norm). ``bias=False`` builds it with no additive parameters: no
     attention or feed-forward biases, no LayerNorm $\beta$ (PyTorch's ``bias=False``).
+    ``kv_heads`` makes the self-attention grouped-query (multi-query when 1).
+    ``attention_block`` makes it blockwise (``MultiHeadAttention``'s ``block``).
     """
 
     def __init__(
@@ -83,11 +85,14 @@ class EncoderLayer(CountsParameters, nn.Module):
         eps: float = 1e-5,
         fused_attention: bool = False,
         bias: bool = True,
+        kv_heads: int | None = None,
+        attention_block: int | None = None,
     ) -> None:
         super().__init__()
         self.self_attention = MultiHeadAttention(
-            layer, heads, dropout=dropout, fused=fused_attention, bias=bias
-        )
+            layer, heads, dropout=dropout, fused=fused_attention, bias=bias,
+            kv_heads=kv_heads, block=attention_block,
+        )  # fmt: skip
         self.feed_forward = FeedForward(
             layer, hidden, activation=activation, dropout=dropout, bias=bias
         )

@@ -26,7 +26,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.core.masks import causal_mask
+from named_transformer.core.masks import causal_mask, sliding_window_mask
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.embedding import (
     LearnedPositions,
@@ -108,8 +108,17 @@ class LanguageModel(CountsParameters, nn.Module):
             list[Float[Tensor, "*batch heads seq seq"]],
         ]
     ):
-        """$X^L$, the last block's output (after the final LayerNorm, if any)."""
-        mask = causal_mask(tokens.shape[-1], device=tokens.device)
+        """$X^L$, the last block's output (after the final LayerNorm, if any).
+
+        The blocks attend under the causal mask, or the sliding window of
+        ``config.window`` positions when it is set.
+        """
+        seq, window = tokens.shape[-1], self.config.window
+        mask = (
+            causal_mask(seq, device=tokens.device)
+            if window is None
+            else sliding_window_mask(seq, window=window, device=tokens.device)
+        )
         embedded = self.positions(self.embedding(tokens))
         return self.blocks(embedded, mask, need_weights)
 

@@ -159,6 +159,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 "relative attention adds a^K to the scores before the softmax, "
                 "which the fused kernel cannot: fused=True is not available here"
             )
+        for option in ("block", "kv_heads"):  # its own weights path has neither
+            if options.get(option) is not None:
+                raise ValueError(f"relative attention has no {option} option")
         super().__init__(layer, heads, **options)
         if max_distance < 0:
             raise ValueError(

@@ -19,7 +19,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.core.masks import causal_mask
+from named_transformer.core.masks import causal_mask, sliding_window_mask
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import Decoder
 from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
@@ -157,9 +157,14 @@ class Transformer(CountsParameters, nn.Module):
     ):
         """Log-probabilities of the next target token at every target position.
 
-        ``target_mask`` defaults to the causal mask. ``offset`` is the position of the
+        ``target_mask`` defaults to the causal mask (the sliding window of
+        ``config.window`` positions when it is set). ``offset`` is the position of the
         first target token (for decoding with a cache of earlier steps).
         """
+        if target_mask is None and self.config.window is not None:
+            target_mask = sliding_window_mask(
+                target.shape[-1], window=self.config.window, device=target.device
+            )
         if target_mask is None:
             target_mask = causal_mask(target.shape[-1], device=target.device)
         embedded = self.positions(self.target_embedding(target), offset)

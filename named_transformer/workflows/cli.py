@@ -255,7 +255,7 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     )
     add(
         "--positions",
-        choices=["sinusoidal", "learned", "relative"],
+        choices=["sinusoidal", "learned", "relative", "rotary", "alibi"],
         default="sinusoidal",
         help="how positions enter the model",
     )

@@ -17,7 +17,12 @@ The Transformer kinds take ``spec["positions"]``: ``sinusoidal`` (the paper),
 ``learned`` (a table of ``max_positions`` rows) or ``relative`` (Shaw et al.: every
 self-attention becomes
 :class:`~named_transformer.models.relative.RelativeMultiHeadAttention` with clipping
-distance ``max_distance``, and nothing is added to the embeddings).
+distance ``max_distance``, and nothing is added to the embeddings), ``rotary`` (RoPE:
+every self-attention becomes
+:class:`~named_transformer.models.rotary.RotaryMultiHeadAttention`) or ``alibi``
+(:class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`, causal in decoders,
+symmetric in encoders). Cross-attention keeps no positions in every case: its queries
+and its keys (the encoder output) already carry their own.
 """
 
 from __future__ import annotations
@@ -40,11 +45,14 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
+from named_transformer.models.alibi import ALiBiMultiHeadAttention
 from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.config import TransformerConfig
+from named_transformer.models.decoder import DecoderLayer
 from named_transformer.models.embedding import LearnedPositions
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.relative import RelativeMultiHeadAttention
+from named_transformer.models.rotary import RotaryMultiHeadAttention
 from named_transformer.models.transformer import Transformer
 from named_transformer.workflows.batches import (
     collate,
@@ -76,7 +84,8 @@ Strategy = Callable[..., Decoded]
 
 
 class NoPositions(nn.Module):
-    """Dropout only: with relative positions nothing is added to the embeddings."""
+    """Dropout only: with relative, rotary or ALiBi positions nothing is added to the
+    embeddings."""
 
     def __init__(self, dropout: float = 0.1) -> None:
         super().__init__()
@@ -114,6 +123,11 @@ class ModelKind:
                 spec["max_positions"], config.layer, dropout=config.dropout
             )
         elif spec["positions"] == "relative":
+            if config.kv_heads not in (None, config.heads):
+                raise ValueError(
+                    "relative positions have no grouped-query form: "
+                    f"kv_heads={config.kv_heads} needs positions other than relative"
+                )
             model.positions = NoPositions(config.dropout)
             for module in list(model.modules()):
                 attention = getattr(module, "self_attention", None)
@@ -122,6 +136,28 @@ class ModelKind:
                         config.layer, config.heads, spec["max_distance"],
                         dropout=config.dropout,
                     )  # fmt: skip
+        elif spec["positions"] in ("rotary", "alibi"):
+            model.positions = NoPositions(config.dropout)
+            options = {"dropout": config.dropout, "fused": config.fused_attention}
+            for module in list(model.modules()):
+                if getattr(module, "self_attention", None) is None:
+                    continue
+                # keep the replaced module's key/value heads (grouped-query)
+                kv_heads = getattr(module.self_attention, "kv_heads", config.heads)
+                grouped = {} if kv_heads == config.heads else {"kv_heads": kv_heads}
+                if spec["positions"] == "rotary":
+                    attention = RotaryMultiHeadAttention(
+                        config.layer, config.heads, **options, **grouped
+                    )
+                else:  # an encoder's layers attend both ways: |i - j|
+                    causal = isinstance(module, DecoderLayer) or isinstance(
+                        model, LanguageModel
+                    )
+                    attention = ALiBiMultiHeadAttention(
+                        config.layer, config.heads, symmetric=not causal,
+                        **options, **grouped,
+                    )  # fmt: skip
+                module.self_attention = attention
         return model
 
     def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:

@@ -65,7 +65,7 @@ SIZES: dict[str, dict[str, int]] = {
     "small": {"layers": 2, "layer": 64, "heads": 4, "hidden": 256},
     "medium": {"layers": 3, "layer": 128, "heads": 4, "hidden": 512},
 }
-POSITIONS = ("sinusoidal", "learned", "relative")
+POSITIONS = ("sinusoidal", "learned", "relative", "rotary", "alibi")
 
 # --8<-- [start:RECIPES]
 # How each generated task trains well on 2 CPU cores: the command line's defaults.

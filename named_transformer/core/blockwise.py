@@ -1,0 +1,450 @@
+r"""Blockwise attention with an online softmax (FlashAttention), in named notation.
+
+:func:`~named_transformer.core.attention.attention` materialises the weights
+$A \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq}}$: memory grows with the square of
+the length. FlashAttention (Dao et al., 2022; Milakov & Gimelshein's *online softmax*,
+2018) computes the same $\text{Attention}(Q, K, V, M, B)$ one block of keys at a time,
+keeping only three running statistics per query: a maximum
+$m \in \mathbb R^{\mathsf{seq'}}$, a normaliser $\ell \in \mathbb R^{\mathsf{seq'}}$ and
+an unnormalised output $O \in \mathbb R^{\mathsf{seq'} \times \mathsf{val}}$.
+
+For the key block $b$ (positions $\mathsf{seq}_b \subset \mathsf{seq}$, with $K_b$,
+$V_b$, $B_b$, $M_b$ the slices of keys, values, bias and mask):
+
+$$S_b = \frac{Q \ndot{key} K_b}{\sqrt{|\mathsf{key}|}} + B_b + M_b
+  \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq}_b},$$
+
+$$m' = \max\left(m, \nfun{seq}{max} S_b\right), \qquad
+  P_b = \exp(S_b - m'),$$
+
+$$\ell' = e^{m - m'} \ell + \sum_{\mathsf{seq}} P_b, \qquad
+  O' = e^{m - m'} O + P_b \ndot{seq} V_b,$$
+
+starting from $m = -\infty$, $\ell = 0$, $O = 0$; after the last block
+$\text{Attention}(Q, K, V, M, B) = O / \ell$.
+
+**Why the rescaling is exact.** After the blocks seen so far, let $m$ be the largest
+score of a query and $\ell = \sum_i e^{s_i - m}$, $O = \sum_i e^{s_i - m} v_i$ over the
+keys $i$ seen. When the next block raises the maximum to $m'$, every old term needs
+$e^{s_i - m'} = e^{s_i - m}\, e^{m - m'}$: one factor $e^{m - m'}$ per query, the same
+for all its old keys, so $\ell$ and $O$ are rescaled whole, and the new block's terms
+are added with the new maximum. By induction, after the last block $m = \max_i s_i$,
+$\ell = \sum_i e^{s_i - m}$ and $O = \sum_i e^{s_i - m} v_i$, so
+
+$$\frac{O}{\ell} = \sum_i \frac{e^{s_i - m}}{\sum_j e^{s_j - m}}\, v_i
+  = \sum_i \nfun{seq}{softmax}(s)_i\, v_i :$$
+
+the common factor $e^{-m}$ cancels, exactly as in the one-pass softmax, and no term
+overflows: every exponent $s_i - m$ and $m - m'$ is $\le 0$. Only the order of the
+floating-point sums differs from the materialising path.
+
+**The backward pass** (FlashAttention's) recomputes each block instead of storing the
+weights. With the saved $m$ and $\ell$, $P_b = \exp(S_b - m) / \ell$ is the block of the
+weights $A$; with $D = \sum_{\mathsf{val}} \partial O \odot \text{Attention}$ (the
+softmax's $\sum_{\mathsf{seq}} A \odot \partial A$, computed from the output),
+
+$$\partial V_b = P_b \ndot{seq'} \partial O, \quad
+  \partial S_b = P_b \odot \left(\partial O \ndot{val} V_b - D\right), \quad
+  \partial B_b = \partial S_b,$$
+
+$$\partial Q \mathrel{+}= \frac{\partial S_b \ndot{seq} K_b}{\sqrt{|\mathsf{key}|}},
+  \qquad
+  \partial K_b = \frac{\partial S_b \ndot{seq'} Q}{\sqrt{|\mathsf{key}|}}.$$
+
+Memory: a block of scores, $|\mathsf{seq'}_b| \cdot |\mathsf{seq}_b|$ numbers per
+batch entry and head, instead of $|\mathsf{seq'}| \cdot |\mathsf{seq}|$. Queries are
+cut into blocks of the same size, so a block of scores stays small however long the
+sequence, and each query block keeps its own $m$, $\ell$, $O$.
+
+**Skipping blocks.** A block of keys that the mask hides from a whole block of queries
+adds nothing ($P_b = 0$, $e^{m - m'} = 1$), so it is skipped. Under a causal mask that
+is about half of them. Two ways to know:
+
+- ``causal=True`` (with ``offset``, the position of the first query, as in
+  :func:`~named_transformer.core.masks.causal_mask`) decides by index arithmetic: the
+  same blocks are skipped eagerly and under ``torch.compile(fullgraph=True)``.
+- A boolean tensor ``mask`` is looked at block by block with ``.any()`` when running
+  eagerly (on a GPU, each look waits for the device). That is data-dependent control
+  flow, which ``torch.compile(fullgraph=True)`` cannot trace: compiled, every block is
+  computed (the mask still applies, the result is the same, only the skipping is
+  lost). Pass ``causal=True`` to skip under the compiler.
+
+Both may be given: the mask then also hides what the causal rule allows. A query with
+no allowed key gets zeros (and zero gradients), never NaN, as in
+:func:`~named_transformer.core.attention.attention`.
+
+**Dropout** (``dropout``, ``training``) drops entries of $P_b$ in
+$P_b \ndot{seq} V_b$ but not in $\ell$: since dropout multiplies entry by entry,
+$\text{Dropout}(P/\ell) \ndot{seq} V = (\text{Dropout}(P) \ndot{seq} V) / \ell$,
+the same function as dropping the normalised weights (other random draws). Its
+gradients flow by autograd through the blocks, which keeps every block's weights for
+the backward pass: the memory saving is then the forward pass's only. Without dropout
+the gradients come from the recomputing backward pass above.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+from einops import einsum, reduce
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from named_transformer.axes import checked
+from named_transformer.core.dropout import dropout as drop
+from named_transformer.core.masks import causal_mask
+
+__all__ = ["blockwise_attention"]
+
+
+# --8<-- [start:tile_scores]
+@checked
+def _tile_scores(
+    queries: Float[Tensor, "*batch seq_q key"],
+    keys: Float[Tensor, "*#batch seq key"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None,
+) -> Float[Tensor, "*batch seq_q seq"]:
+    r"""$S_b = \hat Q \ndot{key} K_b + B_b + M_b$ for one block of queries and keys.
+
+    ``queries`` are scaled already, $\hat Q_b = Q_b / \sqrt{|\mathsf{key}|}$: once
+    per block of queries, not once per block of scores. Blocked scores are
+    $-\infty$.
+    """
+    scores = einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
+    if score_bias is not None:
+        scores = scores + score_bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -torch.inf)
+    return scores
+
+
+# --8<-- [end:tile_scores]
+
+
+# --8<-- [start:online_softmax]
+_LOG2_E = 1.0 / math.log(2.0)
+
+
+def _exp(exponents: Tensor) -> Tensor:
+    """$e^x = 2^{x \\log_2 e}$: PyTorch's ``exp2`` is several times faster than its
+    ``exp`` on the CPU, and one multiplication is cheap beside the difference."""
+    return torch.exp2(exponents * _LOG2_E)
+
+
+def _finite(maximum: Tensor) -> Tensor:
+    """$m$ with $-\\infty$ (no allowed key yet) raised to the dtype's most negative
+    number: then $e^{S - m}$ is $e^{-\\infty} = 0$, not $e^{-\\infty + \\infty}$ =
+    NaN. A finite $m$ is unchanged."""
+    return maximum.clamp_min(torch.finfo(maximum.dtype).min)
+
+
+@checked
+def _online_softmax(
+    scores: Float[Tensor, "*batch seq_q seq"],
+    values: Float[Tensor, "*#batch seq val"],
+    maximum: Float[Tensor, "*batch seq_q 1"],
+    normaliser: Float[Tensor, "*batch seq_q 1"],
+    outputs: Float[Tensor, "*batch seq_q val"],
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[
+    Float[Tensor, "*batch seq_q 1"],
+    Float[Tensor, "*batch seq_q 1"],
+    Float[Tensor, "*batch seq_q val"],
+]:
+    r"""One block of keys: $m' = \max(m, \nfun{seq}{max} S_b)$,
+    $P_b = e^{S_b - m'}$, $\ell' = e^{m - m'}\ell + \sum_{\mathsf{seq}} P_b$,
+    $O' = e^{m - m'} O + P_b \ndot{seq} V_b$.
+
+    $m$ and $\ell$ keep a size-1 $\mathsf{seq}$ axis: they broadcast over the block's
+    keys as they are.
+    """
+    new_maximum = torch.maximum(
+        maximum, reduce(scores, "... seq_q seq -> ... seq_q 1", "max")
+    )
+    finite = _finite(new_maximum)
+    rescale = _exp(maximum - finite)  # e^{m - m'} <= 1; 0 while m = -inf
+    weights = _exp(scores - finite)
+    normaliser = rescale * normaliser + reduce(
+        weights, "... seq_q seq -> ... seq_q 1", "sum"
+    )
+    new_outputs = einsum(
+        drop(weights, dropout, training),
+        values,
+        "... seq_q seq, ... seq val -> ... seq_q val",
+    )
+    outputs = torch.addcmul(new_outputs, rescale, outputs)  # e^{m - m'} O + P_b V_b
+    return new_maximum, normaliser, outputs
+
+
+# --8<-- [end:online_softmax]
+
+
+# --8<-- [start:normalise]
+@checked
+def _normalise(
+    outputs: Float[Tensor, "*batch seq_q val"],
+    normaliser: Float[Tensor, "*batch seq_q 1"],
+) -> Float[Tensor, "*batch seq_q val"]:
+    r"""$O / \ell$; a query with no allowed key ($\ell = 0$, $O = 0$) gets zeros."""
+    return outputs / normaliser.masked_fill(normaliser == 0, 1.0)
+
+
+# --8<-- [end:normalise]
+
+
+def _block_of(table: Tensor | None, queries: slice, keys: slice) -> Tensor | None:
+    """The block of a mask or bias; an axis of size 1 broadcasts, so it stays whole."""
+    if table is None:
+        return None
+    rows = queries if table.shape[-2] != 1 else slice(None)
+    columns = keys if table.shape[-1] != 1 else slice(None)
+    return table[..., rows, columns]
+
+
+# --8<-- [start:blocks]
+def _query_blocks(seq_q: int, block: int) -> Iterator[slice]:
+    """Consecutive blocks of ``block`` query positions (the last may be shorter)."""
+    for start in range(0, seq_q, block):
+        yield slice(start, min(start + block, seq_q))
+
+
+def _key_blocks(
+    queries: slice,
+    seq: int,
+    block: int,
+    mask: Tensor | None,
+    causal: bool,
+    offset: int,
+    device: torch.device,
+) -> Iterator[tuple[slice, Tensor | None]]:
+    """The blocks of keys a block of queries may attend, each with its mask (None: the
+    whole block is allowed).
+
+    ``causal``: query $j$ (absolute position ``offset`` + $j$) sees keys $i \\le$
+    ``offset`` + $j$, so the keys after the last query's position are never visited,
+    and only blocks that cross the diagonal need a mask. A tensor ``mask`` is looked
+    at only when running eagerly (``.any()`` is data-dependent control flow).
+    """
+    look = mask is not None and not torch.compiler.is_compiling()
+    stop = max(0, min(seq, offset + queries.stop)) if causal else seq
+    for start in range(0, stop, block):
+        keys = slice(start, min(start + block, stop))
+        allowed = _block_of(mask, queries, keys)
+        if causal and keys.stop - 1 > offset + queries.start:  # crosses the diagonal
+            rule = causal_mask(
+                queries.stop - queries.start, keys.stop - keys.start,
+                offset=offset + queries.start - keys.start, device=device,
+            )  # fmt: skip
+            allowed = rule if allowed is None else allowed & rule
+        if look and allowed is not None:
+            if not allowed.any():  # hidden from every query of the block: skip it
+                continue
+            if allowed.all():  # nothing hidden: no mask to apply
+                allowed = None
+        yield keys, allowed
+
+
+# --8<-- [end:blocks]
+
+
+# --8<-- [start:blockwise_forward]
+def _blockwise_forward(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor | None,
+    score_bias: Tensor | None,
+    block: int,
+    causal: bool,
+    offset: int,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""$O / \ell$ block by block, with the final $m$ and $\ell$ (for the backward
+    pass)."""
+    seq_q, seq = queries.shape[-2], keys.shape[-2]
+    batch = torch.broadcast_shapes(
+        queries.shape[:-2], keys.shape[:-2], values.shape[:-2],
+        *(t.shape[:-2] for t in (mask, score_bias) if t is not None),
+    )  # fmt: skip
+    attended = queries.new_empty(*batch, seq_q, values.shape[-1])
+    maximum = queries.new_empty(*batch, seq_q, 1)
+    normaliser = queries.new_empty(*batch, seq_q, 1)
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    for rows in _query_blocks(seq_q, block):
+        scaled = queries[..., rows, :] * scale  # \hat Q_b, once per block of queries
+        size = rows.stop - rows.start
+        # m = -inf, l = 0, O = 0: fresh tensors, as autograd may keep them
+        m = queries.new_full((*batch, size, 1), -torch.inf)
+        ell = queries.new_zeros(*batch, size, 1)
+        outputs = queries.new_zeros(*batch, size, values.shape[-1])
+        for columns, allowed in _key_blocks(
+            rows, seq, block, mask, causal, offset, queries.device
+        ):
+            scores = _tile_scores(
+                scaled, keys[..., columns, :], allowed,
+                _block_of(score_bias, rows, columns),
+            )  # fmt: skip
+            m, ell, outputs = _online_softmax(
+                scores, values[..., columns, :], m, ell, outputs, dropout, training
+            )
+        attended[..., rows, :] = _normalise(outputs, ell)
+        maximum[..., rows, :], normaliser[..., rows, :] = m, ell
+    return attended, maximum, normaliser
+
+
+# --8<-- [end:blockwise_forward]
+
+
+# --8<-- [start:tile_gradients]
+@checked
+def _tile_gradients(
+    scores: Float[Tensor, "*batch seq_q seq"],
+    queries: Float[Tensor, "*batch seq_q key"],
+    keys: Float[Tensor, "*#batch seq key"],
+    values: Float[Tensor, "*#batch seq val"],
+    grad_outputs: Float[Tensor, "*batch seq_q val"],
+    maximum: Float[Tensor, "*batch seq_q 1"],
+    inverse: Float[Tensor, "*batch seq_q 1"],
+    delta: Float[Tensor, "*batch seq_q 1"],
+) -> tuple[
+    Float[Tensor, "*batch seq_q seq"],
+    Float[Tensor, "*batch seq_q key"],
+    Float[Tensor, "*batch seq key"],
+    Float[Tensor, "*batch seq val"],
+]:
+    r"""One block's share of the gradients: $\partial S_b$, and the terms of
+    $\partial \hat Q$, $\partial K_b$, $\partial V_b$.
+
+    $P_b = e^{S_b - m} / \ell$ recomputes the weights (``inverse`` is $1/\ell$, 0 for a
+    query with no allowed key); ``delta`` is $D$.
+    """
+    weights = _exp(scores - maximum) * inverse
+    grad_values = einsum(
+        weights, grad_outputs, "... seq_q seq, ... seq_q val -> ... seq val"
+    )
+    grad_weights = einsum(
+        grad_outputs, values, "... seq_q val, ... seq val -> ... seq_q seq"
+    )
+    grad_scores = weights * (grad_weights - delta)
+    grad_queries = einsum(
+        grad_scores, keys, "... seq_q seq, ... seq key -> ... seq_q key"
+    )
+    grad_keys = einsum(
+        grad_scores, queries, "... seq_q seq, ... seq_q key -> ... seq key"
+    )
+    return grad_scores, grad_queries, grad_keys, grad_values
+
+
+# --8<-- [end:tile_gradients]
+
+
+class _BlockwiseAttention(torch.autograd.Function):
+    """The blocks forward; FlashAttention's recomputing backward pass."""
+
+    @staticmethod
+    def forward(ctx, queries, keys, values, mask, score_bias, block, causal, offset):
+        attended, maximum, normaliser = _blockwise_forward(
+            queries, keys, values, mask, score_bias, block, causal, offset
+        )
+        ctx.save_for_backward(
+            queries, keys, values, mask, score_bias, attended, maximum, normaliser
+        )
+        ctx.block, ctx.causal, ctx.offset = block, causal, offset
+        return attended
+
+    # --8<-- [start:backward]
+    @staticmethod
+    def backward(ctx, grad_attended):
+        queries, keys, values, mask, score_bias, attended, maximum, normaliser = (
+            ctx.saved_tensors
+        )
+        # D = sum_val dO * O: the softmax's sum_seq A * dA, without A
+        delta = reduce(grad_attended * attended, "... seq_q val -> ... seq_q 1", "sum")
+        inverse = torch.where(normaliser > 0, 1.0 / normaliser, 0.0)
+        maximum = _finite(maximum)
+        batch, seq = attended.shape[:-2], keys.shape[-2]
+        grad_queries = queries.new_zeros(*batch, *queries.shape[-2:])
+        grad_keys = keys.new_zeros(*batch, *keys.shape[-2:])
+        grad_values = values.new_zeros(*batch, *values.shape[-2:])
+        grad_bias = None
+        if score_bias is not None and ctx.needs_input_grad[4]:
+            grad_bias = torch.zeros_like(score_bias)
+        scale = 1.0 / math.sqrt(queries.shape[-1])
+        for rows in _query_blocks(queries.shape[-2], ctx.block):
+            scaled = queries[..., rows, :] * scale
+            for columns, allowed in _key_blocks(
+                rows, seq, ctx.block, mask, ctx.causal, ctx.offset, queries.device
+            ):
+                scores = _tile_scores(
+                    scaled, keys[..., columns, :], allowed,
+                    _block_of(score_bias, rows, columns),
+                )  # fmt: skip
+                grad_scores, grad_q, grad_k, grad_v = _tile_gradients(
+                    scores, scaled, keys[..., columns, :],
+                    values[..., columns, :], grad_attended[..., rows, :],
+                    maximum[..., rows, :], inverse[..., rows, :], delta[..., rows, :],
+                )  # fmt: skip
+                grad_queries[..., rows, :] += grad_q
+                grad_keys[..., columns, :] += grad_k
+                grad_values[..., columns, :] += grad_v
+                if grad_bias is not None:  # summed over the axes B broadcasts over
+                    part = _block_of(grad_bias, rows, columns)
+                    part += grad_scores.sum_to_size(part.shape)
+        # keys, values (and queries) may broadcast over batch axes: sum over those
+        return (
+            (grad_queries * scale).sum_to_size(queries.shape),  # dQ = d\hat Q / sqrt
+            grad_keys.sum_to_size(keys.shape),
+            grad_values.sum_to_size(values.shape),
+            None, grad_bias, None, None, None,
+        )  # fmt: skip
+
+    # --8<-- [end:backward]
+
+
+# --8<-- [start:blockwise_attention]
+@checked
+def blockwise_attention(
+    queries: Float[Tensor, "*batch seq_q key"],
+    keys: Float[Tensor, "*#batch seq key"],
+    values: Float[Tensor, "*#batch seq val"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    block: int = 128,
+    *,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
+    causal: bool = False,
+    offset: int = 0,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> Float[Tensor, "*batch seq_q val"]:
+    r"""$\text{Attention}(Q, K, V, M, B)$ one block of keys at a time, never holding
+    the $\mathsf{seq'} \times \mathsf{seq}$ weights.
+
+    The same function as :func:`~named_transformer.core.attention.attention` (tests
+    check values and gradients). ``block``: positions per block of queries and of
+    keys. ``causal=True`` adds the causal mask of
+    :func:`~named_transformer.core.masks.causal_mask` (first query at position
+    ``offset``) and skips the blocks it hides, compiled or not; a tensor ``mask`` is
+    applied block by block, its hidden blocks skipped when running eagerly.
+    ``dropout`` drops weights while ``training``.
+    """
+    if isinstance(block, bool) or block < 1:
+        raise ValueError(
+            f"block must be a positive number of positions, got block={block!r}"
+        )
+    if training and dropout > 0.0:  # autograd through the blocks keeps the draws
+        attended, _, _ = _blockwise_forward(
+            queries, keys, values, mask, score_bias, block, causal, offset,
+            dropout, training,
+        )  # fmt: skip
+        return attended
+    return _BlockwiseAttention.apply(
+        queries, keys, values, mask, score_bias, block, causal, offset
+    )
+
+
+# --8<-- [end:blockwise_attention]
