@@ -47,10 +47,12 @@ def _mean(inputs: Tensor) -> Tensor:
 
 def _standardized(inputs: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     r"""$\hat X$ and $1/\sigma$, which the gradient needs."""
-    centred = inputs - _mean(inputs)
-    variance = _mean(centred * centred)
+    # var_layer and mean_layer in one pass over X (biased: correction=0)
+    variance, mean = torch.var_mean(  # allow-raw: layer is the last axis
+        inputs, dim=-1, keepdim=True, correction=0
+    )
     inverse_sigma = (variance + eps).rsqrt()
-    return centred * inverse_sigma, inverse_sigma
+    return (inputs - mean) * inverse_sigma, inverse_sigma
 
 
 class _Standardize(torch.autograd.Function):
