@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 import torch
 
 from named_transformer.axes import shape_checks
+from named_transformer.exercises.commands import add_commands as add_exercises
 from named_transformer.pretrained.commands import add_commands
 from named_transformer.workflows.data import START, Vocabulary
 from named_transformer.workflows.runner import KINDS, PAPER, RECIPES, SIZES
@@ -349,6 +350,7 @@ def parser() -> argparse.ArgumentParser:
             help="where to write the attention maps (default: beside the checkpoint)",
         )
         add("--no-figure", action="store_true", help="draw no attention maps")
+    add_exercises(commands, _Help)  # init and check: always shape-checked
     for command in (train, evaluate, decode, *add_commands(commands, _Help)):
         command.add_argument("--no-shape-checks", action="store_true",
                              help="turn runtime shape checks off (faster)")  # fmt: skip

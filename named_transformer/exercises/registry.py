@@ -1,0 +1,129 @@
+"""The exercises, in the order of the Learn and Models pages.
+
+Each exercise names the library function it mirrors (the learner writes the same
+function, with the same signature), the page and section to reread, and its checks
+(:data:`~named_transformer.exercises.checks.CHECKS`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from named_transformer.exercises.checks import CHECKS
+
+__all__ = ["EXERCISES", "PAGES", "Exercise", "exercise"]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One function to write: ``name`` is the library function's name."""
+
+    name: str
+    module: str  # the library module that defines it
+    page: str  # the docs page, relative to docs/
+    section: str  # the anchor of the section to reread
+    heading: str  # that section's title
+
+    @property
+    def library_function(self) -> Callable[..., Any]:
+        """The library's own implementation."""
+        return getattr(importlib.import_module(self.module), self.name)
+
+    @property
+    def checks(self) -> tuple[Callable[[Callable[..., Any]], None], ...]:
+        """The checks, in the order they run."""
+        return CHECKS[self.name]
+
+    @property
+    def file(self) -> str:
+        """The learner's file that holds it: one per page."""
+        return PAGES[self.page][0]
+
+    @property
+    def hint(self) -> str:
+        """Where to reread: the page, its section, and the section's title."""
+        return f"docs/{self.page}#{self.section} ({self.heading})"
+
+
+PAGES: dict[str, tuple[str, str]] = {
+    "learn/notation.md": ("notation.py", "Named tensor notation"),
+    "learn/soft-dictionary.md": ("soft_dictionary.py",
+                                 "Attention as a soft dictionary"),
+    "learn/basic-self-attention.md": ("basic_self_attention.py",
+                                      "Basic self-attention"),
+    "learn/scores.md": ("scores.py", "Queries, keys, values and the score zoo"),
+    "learn/masks.md": ("masks.py", "Masks: causal and padding"),
+    "learn/building-blocks.md": ("building_blocks.py", "Building blocks"),
+    "models/multihead-attention.md": ("multihead_attention.py",
+                                      "Multi-head attention"),
+    "models/positions.md": ("positions.py", "Embeddings and positions"),
+    "models/bahdanau.md": ("bahdanau.py", "Attention in seq2seq (Bahdanau)"),
+}  # fmt: skip
+"""Each page's learner file and title, in the order of the site."""
+
+_CORE = "named_transformer.core"
+_MODELS = "named_transformer.models"
+_ZOO = ("learn/scores.md", "the-zoo", "The zoo")
+_TRANSFORMER = ("learn/scores.md", "the-transformers-attention",
+                "The Transformer's attention")  # fmt: skip
+_NORM = ("learn/building-blocks.md", "layer-normalisation", "Layer normalisation")
+_HEADS = ("models/multihead-attention.md", "the-named-equation", "The named equation")
+
+EXERCISES: dict[str, Exercise] = {
+    e.name: e
+    for e in [
+        Exercise("softmax", f"{_CORE}.softmax", "learn/notation.md",
+                 "softmax-over-an-axis", "Softmax over an axis"),
+        Exercise("attend", f"{_CORE}.attention", "learn/soft-dictionary.md",
+                 "self-attention-as-an-expectation",
+                 "Self-attention as an expectation"),
+        Exercise("basic_self_attention", f"{_CORE}.basic",
+                 "learn/basic-self-attention.md", "the-named-equation",
+                 "The named equation"),
+        Exercise("dot_score", f"{_CORE}.scores", *_ZOO),
+        Exercise("scaled_dot_score", f"{_CORE}.scores", *_ZOO),
+        Exercise("general_score", f"{_CORE}.scores", *_ZOO),
+        Exercise("additive_score", f"{_CORE}.scores", *_ZOO),
+        Exercise("cosine_score", f"{_CORE}.scores", *_ZOO),
+        Exercise("location_score", f"{_CORE}.scores", *_ZOO),
+        Exercise("attention_weights", f"{_CORE}.attention", *_TRANSFORMER),
+        Exercise("attention", f"{_CORE}.attention", *_TRANSFORMER),
+        Exercise("causal_mask", f"{_CORE}.masks", "learn/masks.md",
+                 "the-causal-mask", "The causal mask"),
+        Exercise("padding_mask", f"{_CORE}.masks", "learn/masks.md",
+                 "the-padding-mask", "The padding mask"),
+        Exercise("standardize", f"{_CORE}.norm", *_NORM),
+        Exercise("layer_norm", f"{_CORE}.norm", *_NORM),
+        Exercise("feed_forward", f"{_CORE}.feedforward", "learn/building-blocks.md",
+                 "the-position-wise-feed-forward-network",
+                 "The position-wise feed-forward network"),
+        Exercise("sinusoidal_positions", f"{_CORE}.positions",
+                 "learn/building-blocks.md", "positional-encodings",
+                 "Positional encodings"),
+        Exercise("project_heads", f"{_MODELS}.multihead", *_HEADS),
+        Exercise("merge_heads", f"{_MODELS}.multihead", *_HEADS),
+        Exercise("multihead_attention", f"{_MODELS}.multihead", *_HEADS),
+        Exercise("relative_attention_weights", f"{_MODELS}.relative",
+                 "models/positions.md", "relative-positions-shaw-et-al-2018",
+                 "Relative positions (Shaw et al. 2018)"),
+        Exercise("gru_cell", f"{_MODELS}.rnn", "models/bahdanau.md",
+                 "recurrent-cells-in-named-notation",
+                 "Recurrent cells in named notation"),
+        Exercise("bahdanau_attention", f"{_MODELS}.seq2seq", "models/bahdanau.md",
+                 "the-decoder-a-context-per-output-position",
+                 "The decoder: a context per output position"),
+    ]
+}  # fmt: skip
+"""Every exercise by name, in the order of the pages."""
+
+
+def exercise(name: str) -> Exercise:
+    """The exercise called ``name``; a ValueError listing the names otherwise."""
+    if name not in EXERCISES:
+        raise ValueError(
+            f"no exercise called {name!r}; the exercises are: {', '.join(EXERCISES)}"
+        )
+    return EXERCISES[name]
