@@ -60,12 +60,22 @@ def like(name: str) -> Callable[[Callable], Callable]:
     who filled in the skeleton has (the parameter names are the library's)."""
 
     def wrap(fn: Callable) -> Callable:
-        library = inspect.unwrap(EXERCISES[name].library_function)
+        exercise = EXERCISES[name]
+        if exercise.method is not None:  # the learner's subclass with that method
+            return like_method(exercise.library_function, exercise.method, fn)
+        library = inspect.unwrap(exercise.library_function)
         fn.__annotations__ = dict(library.__annotations__)
         fn.__name__ = name
         return checked(fn)
 
     return wrap
+
+
+def like_method(library: type, method: str, fn: Callable) -> type:
+    """The library's class with ``fn`` as its ``method``, annotated and ``@checked``."""
+    fn.__annotations__ = dict(inspect.unwrap(getattr(library, method)).__annotations__)
+    fn.__name__ = method
+    return type(library.__name__, (library,), {method: checked(fn)})
 
 
 def _masked_softmax(scores, mask, fill=-math.inf):
@@ -300,6 +310,76 @@ def _(previous_state, annotations, mask, score):
     return context, weights
 
 
+def _post_norm(residual, x, sublayer):
+    return residual.norm(x + sublayer(x))
+
+
+def _pre_norm(residual, x, sublayer):
+    return x + sublayer(residual.norm(x))
+
+
+@wrong("EncoderLayer", "pre-norm written as post-norm",
+       "differs from torch.nn.TransformerEncoderLayer(norm_first=True)")  # fmt: skip
+def _(self, inputs, mask=None, need_weights=False, *, score_bias=None):
+    hidden = _post_norm(self.attention_residual, inputs,
+                        lambda x: self.self_attention(x, mask=mask))  # fmt: skip
+    return _post_norm(self.feed_forward_residual, hidden, self.feed_forward)
+
+
+@wrong("EncoderLayer", "post-norm with the residual added after the norm",
+       "differs from torch.nn.TransformerEncoderLayer(norm_first=False)")  # fmt: skip
+def _(self, inputs, mask=None, need_weights=False, *, score_bias=None):
+    def sublayer(residual, x, f):
+        if residual.norm_first:
+            return _pre_norm(residual, x, f)
+        return residual.norm(f(x)) + x
+
+    hidden = sublayer(self.attention_residual, inputs,
+                      lambda x: self.self_attention(x, mask=mask))  # fmt: skip
+    return sublayer(self.feed_forward_residual, hidden, self.feed_forward)
+
+
+def _decoder(self, inputs, memory, mask, memory_mask, residual):
+    def cross_attend(x):
+        return self.cross_attention(x, memory, memory_mask)
+
+    hidden = residual(self.self_attention_residual, inputs,
+                      lambda x: self.self_attention(x, mask=mask))  # fmt: skip
+    hidden = residual(self.cross_attention_residual, hidden, cross_attend)
+    return residual(self.feed_forward_residual, hidden, self.feed_forward)
+
+
+def _either_norm(residual, x, sublayer):
+    return (_pre_norm if residual.norm_first else _post_norm)(residual, x, sublayer)
+
+
+@wrong("DecoderLayer", "the causal mask ignored: the decoder attends to the future",
+       "the self-attention sees later positions")  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
+      score_bias=None, memory_score_bias=None):  # fmt: skip
+    return _decoder(self, inputs, memory, None, memory_mask, _either_norm)
+
+
+@wrong("DecoderLayer", "pre-norm with the residual taken from the normalised input",
+       "differs from torch.nn.TransformerDecoderLayer(norm_first=True)")  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
+      score_bias=None, memory_score_bias=None):  # fmt: skip
+    def residual(sublayer, x, f):
+        if not sublayer.norm_first:
+            return _post_norm(sublayer, x, f)
+        normalised = sublayer.norm(x)
+        return normalised + f(normalised)
+
+    return _decoder(self, inputs, memory, mask, memory_mask, residual)
+
+
+@wrong("DecoderLayer", "the memory mask ignored",
+       "with a causal target mask and a padded memory")  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
+      score_bias=None, memory_score_bias=None):  # fmt: skip
+    return _decoder(self, inputs, memory, mask, None, _either_norm)
+
+
 def test_every_exercise_has_a_wrong_implementation():
     assert set(WRONG) == set(EXERCISES)
 
@@ -351,14 +431,19 @@ def test_init_writes_skeletons_with_the_library_annotations(tmp_path, capsys):
     assert main(["exercises", "init", str(tmp_path / "mine")]) == 0
     learner = load_learner(tmp_path / "mine")
     for name, exercise in EXERCISES.items():
-        library = inspect.signature(exercise.library_function)
-        mine = inspect.signature(learner[name])
+        library, mine = exercise.library_function, learner[name]
+        if exercise.method is not None:  # a subclass of the library's class
+            assert issubclass(mine, library) and mine is not library, name
+            library = getattr(library, exercise.method)
+            mine = getattr(mine, exercise.method)
+            assert mine is not library, name
+        assert mine.__doc__ == library.__doc__, name
+        library, mine = inspect.signature(library), inspect.signature(mine)
         assert str(mine) == str(library), name  # names, defaults, annotations
         assert [str(p.annotation) for p in mine.parameters.values()] == [
             str(p.annotation) for p in library.parameters.values()
         ]
         assert str(mine.return_annotation) == str(library.return_annotation)
-        assert learner[name].__doc__ == exercise.library_function.__doc__
 
 
 def test_a_fresh_init_is_not_started_and_exits_non_zero(tmp_path, capsys):

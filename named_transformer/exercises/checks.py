@@ -26,7 +26,9 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 from jaxtyping import TypeCheckError
-from torch import Tensor
+from torch import Tensor, nn
+
+from named_transformer.interop.pytorch import from_torch
 
 __all__ = ["CHECKS"]
 
@@ -652,6 +654,112 @@ def relative_attention_weights_wrong_shape(impl: Check) -> None:
              "an index over 4 keys for 5 keys")  # fmt: skip
 
 
+# --- the encoder and decoder layers: the learner's forward, the library's weights ---
+_WIDTH, _HEADS, _HIDDEN, _MEMORY = 6, 2, 7, 5  # heads of 3; every width different
+
+
+def _torch_layer(kind: type[nn.Module], norm_first: bool, seed: int) -> nn.Module:
+    """PyTorch's own layer, batch-first, no dropout, in eval mode, random LayerNorms."""
+    torch.manual_seed(seed)
+    options = {"dropout": 0.0, "batch_first": True, "norm_first": norm_first}
+    theirs = kind(_WIDTH, _HEADS, _HIDDEN, dtype=DTYPE, **options).eval()
+    with torch.no_grad():  # LayerNorm's gamma = 1, beta = 0 would hide a missing norm
+        for name, parameter in theirs.named_parameters():
+            if name.startswith("norm"):
+                parameter.copy_(_randn(*parameter.shape, seed=seed + len(name)))
+    return theirs
+
+
+def _layer_like(impl: Check, theirs: nn.Module, **options: Any) -> nn.Module:
+    """The learner's class, built at the small sizes, holding ``theirs``'s weights."""
+    layer = impl(_WIDTH, _HEADS, _HIDDEN, dropout=0.0, norm_first=theirs.norm_first,
+                 **options).to(DTYPE).eval()  # fmt: skip
+    layer.load_state_dict(from_torch(theirs).state_dict())
+    return layer
+
+
+def _encoder_layer_matches_torch(impl: Check, norm_first: bool) -> None:
+    theirs = _torch_layer(nn.TransformerEncoderLayer, norm_first, seed=66)
+    mine = _layer_like(impl, theirs)
+    inputs, mask = _randn(2, 4, _WIDTH, seed=67), _causal(4, 4)
+    what = f"torch.nn.TransformerEncoderLayer(norm_first={norm_first})"
+    with torch.no_grad():
+        _close(mine(inputs), theirs(inputs), what, "without a mask")
+        _close(mine(inputs, mask), theirs(inputs, src_mask=~mask), what,
+               "with a causal mask (PyTorch's True means blocked)")  # fmt: skip
+
+
+def encoder_layer_post_norm_matches_torch(impl: Check) -> None:
+    """Post-norm: LayerNorm(X + SelfAtt(X)), then LayerNorm(T + FFN(T))."""
+    _encoder_layer_matches_torch(impl, norm_first=False)
+
+
+def encoder_layer_pre_norm_matches_torch(impl: Check) -> None:
+    """Pre-norm: X + SelfAtt(LayerNorm(X)), then T + FFN(LayerNorm(T))."""
+    _encoder_layer_matches_torch(impl, norm_first=True)
+
+
+def encoder_layer_wrong_shape(impl: Check) -> None:
+    """A mask over 4 positions for 3 inputs is a shape error naming seq."""
+    layer = impl(_WIDTH, _HEADS, _HIDDEN, dropout=0.0).to(DTYPE)
+    _rejects(lambda: layer(_randn(2, 3, _WIDTH), _causal(4, 4)),
+             "a mask over 4 positions for 3 inputs")  # fmt: skip
+
+
+def _decoder_pair(impl: Check, norm_first: bool) -> tuple[nn.Module, nn.Module]:
+    theirs = _torch_layer(nn.TransformerDecoderLayer, norm_first, seed=68)
+    return _layer_like(impl, theirs), theirs
+
+
+def decoder_layer_is_causal(impl: Check) -> None:
+    """Under the causal mask, position j's output ignores the target tokens after j."""
+    mine, _ = _decoder_pair(impl, norm_first=False)
+    inputs, memory = _randn(2, 5, _WIDTH, seed=69), _randn(2, 3, _WIDTH, seed=70)
+    changed = inputs.clone()
+    changed[:, 3:] = _randn(2, 2, _WIDTH, seed=71)
+    with torch.no_grad():
+        before = mine(inputs, memory, _causal(5, 5))
+        after = mine(changed, memory, _causal(5, 5))
+    moved = (before[:, :3] - after[:, :3]).abs().max().item()
+    if not moved <= TOLERANCE:
+        raise AssertionError(
+            f"the outputs at positions 0-2 change (by {moved:.3g}) when the target "
+            "tokens at 3-4 change: the self-attention sees later positions (apply "
+            "the causal mask)"
+        )
+
+
+def _decoder_layer_matches_torch(impl: Check, norm_first: bool) -> None:
+    mine, theirs = _decoder_pair(impl, norm_first)
+    inputs, memory = _randn(2, 4, _WIDTH, seed=72), _randn(2, 3, _WIDTH, seed=73)
+    mask, padding = _causal(4, 4), torch.arange(3) < torch.tensor([[2], [3]])
+    what = f"torch.nn.TransformerDecoderLayer(norm_first={norm_first})"
+    with torch.no_grad():
+        expected = theirs(inputs, memory, tgt_mask=~mask,
+                          memory_key_padding_mask=~padding)  # fmt: skip
+        actual = mine(inputs, memory, mask, rearrange(padding, "b seq -> b 1 seq"))
+    _close(actual, expected, what,
+           "with a causal target mask and a padded memory")  # fmt: skip
+
+
+def decoder_layer_post_norm_matches_torch(impl: Check) -> None:
+    """Post-norm: masked self-attention, cross-attention, feed-forward, each
+    LayerNorm(X + f(X))."""
+    _decoder_layer_matches_torch(impl, norm_first=False)
+
+
+def decoder_layer_pre_norm_matches_torch(impl: Check) -> None:
+    """Pre-norm: each sublayer X + f(LayerNorm(X))."""
+    _decoder_layer_matches_torch(impl, norm_first=True)
+
+
+def decoder_layer_wrong_shape(impl: Check) -> None:
+    """A memory with another batch is a shape error naming batch."""
+    layer = impl(_WIDTH, _HEADS, _HIDDEN, dropout=0.0).to(DTYPE)
+    _rejects(lambda: layer(_randn(2, 4, _WIDTH), _randn(3, 3, _WIDTH)),
+             "a memory of batch 3 for targets of batch 2")  # fmt: skip
+
+
 # --- seq2seq: the GRU step and Bahdanau's attention ---------------------------------
 def _gru_weights() -> list[Tensor]:
     hidden, inputs = 4, 3
@@ -760,6 +868,13 @@ CHECKS: dict[str, tuple[Check, ...]] = {
                                    multihead_attention_wrong_shape),
     "relative_attention_weights": _checks(relative_attention_weights_match_equation,
                                           relative_attention_weights_wrong_shape),
+    "EncoderLayer": _checks(encoder_layer_post_norm_matches_torch,
+                            encoder_layer_pre_norm_matches_torch,
+                            encoder_layer_wrong_shape),
+    "DecoderLayer": _checks(decoder_layer_is_causal,
+                            decoder_layer_post_norm_matches_torch,
+                            decoder_layer_pre_norm_matches_torch,
+                            decoder_layer_wrong_shape),
     "gru_cell": _checks(gru_cell_matches_torch, gru_cell_wrong_shape),
     "bahdanau_attention": _checks(bahdanau_attention_matches_equation,
                                   bahdanau_attention_wrong_shape),

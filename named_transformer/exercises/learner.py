@@ -60,18 +60,34 @@ from named_transformer.core.feedforward import relu  # noqa: F401 (a default)
 
 def skeleton(exercise: Exercise) -> str:
     """The exercise's skeleton: the library's decorator, ``def`` header and docstring,
-    then ``raise NotImplementedError``, after a comment naming the page to reread."""
-    function = inspect.unwrap(exercise.library_function)
+    then ``raise NotImplementedError``, after a comment naming the page to reread.
+
+    For a method: a subclass of the library's class holding only that method, so
+    ``__init__`` and the weights are the library's."""
+    owner = exercise.library_function
+    if exercise.method is not None:
+        owner = getattr(owner, exercise.method)
+    function = inspect.unwrap(owner)
     source = textwrap.dedent(inspect.getsource(function))
     node = ast.parse(source).body[0]
     if not isinstance(node, ast.FunctionDef) or not ast.get_docstring(node):
         raise ValueError(f"{exercise.name}: the library function has no docstring")
     lines = source.splitlines()[: node.body[0].end_lineno]
+    lines.append("    raise NotImplementedError")
+    comment = f"# Exercise {exercise.name}: reread {exercise.hint}"
+    if exercise.method is None:
+        return "\n".join([comment, *lines])
+    library = f"{exercise.module}.{exercise.name}"
     return "\n".join(
         [
-            f"# Exercise {exercise.name}: reread {exercise.hint}",
-            *lines,
-            "    raise NotImplementedError",
+            comment,
+            f"import {exercise.module}  # noqa: E402",
+            "",
+            "",
+            f"class {exercise.name}({library}):",
+            f'    """The library\'s {exercise.name}: you write {exercise.method}."""',
+            "",
+            *(f"    {line}" if line else "" for line in lines),
         ]
     )
 

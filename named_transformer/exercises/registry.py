@@ -2,7 +2,9 @@
 
 Each exercise names the library function it mirrors (the learner writes the same
 function, with the same signature), the page and section to reread, and its checks
-(:data:`~named_transformer.exercises.checks.CHECKS`).
+(:data:`~named_transformer.exercises.checks.CHECKS`). A layer's exercise is one method:
+the learner subclasses the library's class and writes only ``method`` (``forward``), so
+``__init__`` and the weights stay the library's.
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ __all__ = ["EXERCISES", "PAGES", "Exercise", "exercise"]
 
 @dataclass(frozen=True)
 class Exercise:
-    """One function to write: ``name`` is the library function's name."""
+    """One function to write: ``name`` is the library function's name, or the class's
+    name when ``method`` names the one method to write."""
 
     name: str
     module: str  # the library module that defines it
     page: str  # the docs page, relative to docs/
     section: str  # the anchor of the section to reread
     heading: str  # that section's title
+    method: str | None = None  # a method of the class ``name``: the learner's part
 
     @property
     def library_function(self) -> Callable[..., Any]:
-        """The library's own implementation."""
+        """The library's own implementation (the class, for a method's exercise)."""
         return getattr(importlib.import_module(self.module), self.name)
 
     @property
@@ -60,6 +64,8 @@ PAGES: dict[str, tuple[str, str]] = {
     "models/multihead-attention.md": ("multihead_attention.py",
                                       "Multi-head attention"),
     "models/positions.md": ("positions.py", "Embeddings and positions"),
+    "models/encoder-decoder.md": ("encoder_decoder.py",
+                                  "The encoder-decoder Transformer"),
     "models/bahdanau.md": ("bahdanau.py", "Attention in seq2seq (Bahdanau)"),
 }  # fmt: skip
 """Each page's learner file and title, in the order of the site."""
@@ -109,6 +115,11 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("relative_attention_weights", f"{_MODELS}.relative",
                  "models/positions.md", "relative-positions-shaw-et-al-2018",
                  "Relative positions (Shaw et al. 2018)"),
+        Exercise("EncoderLayer", f"{_MODELS}.encoder", "models/encoder-decoder.md",
+                 "the-encoder-layer", "The encoder layer", method="forward"),
+        Exercise("DecoderLayer", f"{_MODELS}.decoder", "models/encoder-decoder.md",
+                 "the-decoder-layer-self-vs-cross-attention",
+                 "The decoder layer: self vs cross attention", method="forward"),
         Exercise("gru_cell", f"{_MODELS}.rnn", "models/bahdanau.md",
                  "recurrent-cells-in-named-notation",
                  "Recurrent cells in named notation"),
