@@ -407,7 +407,7 @@ def test_an_unchecked_implementation_is_caught():
     unchecked = inspect.unwrap(EXERCISES["softmax"].library_function)
     result = check_exercise(EXERCISES["softmax"], unchecked)
     assert result.status == "failed"
-    assert "keep the @checked decorator" in result.message or "shape error" in (
+    assert "keep the `checked` decorator" in result.message or "shape error" in (
         result.message
     )
 

@@ -78,7 +78,7 @@ def _close(actual: Any, expected: Tensor, what: str, where: str = "") -> None:
 
 
 def _rejects(call: Callable[[], Any], what: str) -> None:
-    """``call`` must fail with a shape error: the ``@checked`` decorator is kept."""
+    """``call`` must fail with a shape error: the ``checked`` decorator is kept."""
     try:
         call()
     except TypeCheckError:
@@ -88,10 +88,10 @@ def _rejects(call: Callable[[], Any], what: str) -> None:
     except Exception as error:  # noqa: BLE001 - any other failure is the wrong kind
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise AssertionError(
-            f"{what} should be a shape error (keep @checked), but raised "
-            f"{type(error).__name__}: {first}"
+            f"{what} should be a shape error (keep the `checked` decorator), "
+            f"but raised {type(error).__name__}: {first}"
         ) from None
-    raise AssertionError(f"accepts {what}: keep the @checked decorator")
+    raise AssertionError(f"accepts {what}: keep the `checked` decorator")
 
 
 # References, written as the equations in plain matrix products.
@@ -410,8 +410,8 @@ def attend_matches_equation(impl: Check) -> None:
     for seq_q, seq in ((4, 4), (3, 5)):  # square first: alpha^T V runs
         weights = _softmax(_randn(2, seq_q, seq, seed=seq_q))
         values = _randn(2, seq, 6, seed=seq)
-        _close(impl(weights, values), _mm(weights, values),
-               "alpha·V along seq", f"for {seq_q} queries over {seq} keys")  # fmt: skip
+        _close(impl(weights, values), _mm(weights, values), "alpha·V along seq",
+               f"for {seq_q} queries over {seq} keys")  # fmt: skip
 
 
 def attend_wrong_shape(impl: Check) -> None:
