@@ -60,6 +60,7 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
+from named_transformer.interop.onnx import export_onnx, run_onnx
 from named_transformer.interop.pytorch import (
     bias_from_torch,
     from_torch,
@@ -280,5 +281,7 @@ __all__ = [
     "rotary_multihead_attention",
     "rotate_heads",
     "blockwise_attention",
+    "export_onnx",
+    "run_onnx",
 ]
-__version__ = "0.3.0"
+__version__ = "0.4.0"

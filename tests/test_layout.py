@@ -134,10 +134,13 @@ ADDED_IN_0_3_0 = [
     "attend_grouped_heads", "grouped_query_attention", "RotaryMultiHeadAttention",
     "rotary_multihead_attention", "rotate_heads", "blockwise_attention",
 ]  # fmt: skip
+ADDED_IN_0_4_0 = ["export_onnx", "run_onnx"]
 
 
 def test_the_public_api_is_what_it_was_plus_what_each_version_added():
-    assert sorted(nt.__all__) == sorted(PUBLIC + ADDED_IN_0_2_0 + ADDED_IN_0_3_0)
+    assert sorted(nt.__all__) == sorted(
+        PUBLIC + ADDED_IN_0_2_0 + ADDED_IN_0_3_0 + ADDED_IN_0_4_0
+    )
     missing = [name for name in nt.__all__ if not hasattr(nt, name)]
     assert not missing, missing
 

@@ -59,7 +59,9 @@ def embed(
     With shape checks on, a token id outside ``0 … |vocab| - 1`` raises ``ValueError``
     naming it (a one-hot vector $I$ has no row for it).
     """
-    if shape_checks_enabled() and tokens.numel():
+    # A compiled or exported graph cannot read token values while it is traced.
+    looks = not torch.compiler.is_compiling()
+    if shape_checks_enabled() and looks and tokens.numel():
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= table.shape[0]:
             bad = low if low < 0 else high

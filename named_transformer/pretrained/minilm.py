@@ -87,8 +87,18 @@ class SentenceEncoder(nn.Module):
         tokens: Int[Tensor, "*batch seq"],
         mask: Bool[Tensor, "*batch seq"],
         types: Int[Tensor, "*batch seq"] | None = None,
-    ) -> Float[Tensor, "*batch layer"]:
-        """$e$: mean of the real tokens' last states, unit length."""
+        need_weights: bool = False,
+    ) -> (
+        Float[Tensor, "*batch layer"]
+        | tuple[
+            Float[Tensor, "*batch layer"], list[Float[Tensor, "*batch heads seq seq"]]
+        ]
+    ):
+        """$e$: mean of the real tokens' last states, unit length (and one weights
+        tensor per layer when ``need_weights``)."""
+        if need_weights:
+            states, weights = self.encoder(tokens, mask, types, need_weights=True)
+            return l2_normalize(mean_pooling(states, mask)), weights
         return l2_normalize(mean_pooling(self.encoder(tokens, mask, types), mask))
 
     @torch.inference_mode()

@@ -38,6 +38,7 @@ from named_transformer.axes import shape_checks
 from named_transformer.exercises.commands import add_commands as add_exercises
 from named_transformer.pretrained.commands import add_commands
 from named_transformer.workflows.data import START, Vocabulary
+from named_transformer.workflows.export import add_commands as add_export
 from named_transformer.workflows.runner import KINDS, PAPER, RECIPES, SIZES
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
 from named_transformer.workflows.training import CheckpointError
@@ -351,7 +352,8 @@ def parser() -> argparse.ArgumentParser:
         )
         add("--no-figure", action="store_true", help="draw no attention maps")
     add_exercises(commands, _Help)  # init and check: always shape-checked
-    for command in (train, evaluate, decode, *add_commands(commands, _Help)):
+    added = (*add_commands(commands, _Help), *add_export(commands, _Help))
+    for command in (train, evaluate, decode, *added):
         command.add_argument("--no-shape-checks", action="store_true",
                              help="turn runtime shape checks off (faster)")  # fmt: skip
     return top
@@ -363,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with shape_checks(not args.no_shape_checks):
             status = args.run(args)
-    except (CheckpointError, ValueError) as error:  # bad input: one line, no traceback
+    except (CheckpointError, ValueError, ImportError) as error:  # one line, no trace
         print(f"error: {error}", file=sys.stderr)
         return 2
     if torch.distributed.is_available() and torch.distributed.is_initialized():

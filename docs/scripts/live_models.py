@@ -1,0 +1,172 @@
+"""The models the site runs live in the reader's browser, exported to ONNX.
+
+    python docs/scripts/live_models.py publish   # trained runs -> live_checkpoints/
+    python docs/scripts/live_models.py export OUT   # every live model -> OUT/*.onnx
+
+``publish`` copies the weights of the workflow runs the site already trains for its
+figures (``run_workflows.py``, in ``.cache/workflow-runs``) into
+``docs/scripts/live_checkpoints/`` (committed: model weights and settings, no optimizer
+state, well under 2 MB each). The docs build (``docs/hooks/live_models.py``) exports
+them, a parameter-free basic self-attention and the packaged MiniLM with
+:func:`named_transformer.export_onnx`. The browser tests compare what the page computed
+with :func:`reference`, the same PyTorch models.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from einops import rearrange
+from jaxtyping import Bool, Float, Int
+from torch import Tensor, nn
+
+import named_transformer as nt
+from named_transformer.axes import checked
+from named_transformer.interop.onnx import AttentionOutputs, Interface
+from named_transformer.workflows.export import export_minilm, task_metadata
+from named_transformer.workflows.runner import decode_examples, load_run
+from named_transformer.workflows.tasks import detokenize, tokenize
+from named_transformer.workflows.training import load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINTS = Path(__file__).resolve().parent / "live_checkpoints"
+RUNS = ROOT / ".cache" / "workflow-runs"
+# live name -> the workflow run it comes from
+TRAINED = {"copy": "copy", "reverse": "reverse", "sort": "sort-decoder-only",
+           "dates": "dates", "sentiment": "sentiment"}  # fmt: skip
+LIVE = (*TRAINED, "basic", "minilm")
+
+
+def _basic_call(model: nn.Module, tokens: Tensor, causal: Tensor):
+    outputs, weights = model(tokens, causal)
+    return outputs, {"self": [rearrange(weights, "... seq_q seq -> ... 1 seq_q seq")]}
+
+
+class BasicLive(nn.Module):
+    r"""Basic self-attention (no parameters of its own) over the sentiment model's
+    word embeddings $X$: $\nfun{seq}{softmax}(X \ndot{layer} X') \ndot{seq} X$, with a
+    causal mask when ``causal`` is true."""
+
+    onnx_interface = Interface(
+        "encoder",
+        (("tokens", ("batch", "seq")), ("causal", ())),
+        ("outputs", ("batch", "seq", "layer")),
+        (("self", "basic.{}.self", "basic self-attention", "tokens", "tokens"),),
+        _basic_call,
+    )
+
+    def __init__(self, table: Float[Tensor, "vocab layer"]) -> None:
+        super().__init__()
+        self.table = nn.Parameter(table, requires_grad=False)
+
+    @checked
+    def forward(
+        self, tokens: Int[Tensor, "batch seq"], causal: Bool[Tensor, ""]
+    ) -> tuple[Float[Tensor, "batch seq layer"], Float[Tensor, "batch seq_q seq"]]:
+        inputs = nt.embed(tokens, self.table, scale=False)
+        allowed = nt.causal_mask(tokens.shape[-1], device=tokens.device)
+        weights = nt.softmax(nt.dot_score(inputs, inputs), allowed | ~causal)
+        return nt.attend(weights, inputs), weights
+
+
+@dataclass
+class Live:
+    """A live model's PyTorch side: the graph's module, its sidecar entries, and
+    Python's reading of a text (ids per input, before cutting) and answer."""
+
+    module: AttentionOutputs
+    metadata: dict[str, Any]
+    tokenize: Callable[[str], dict[str, list[int]]]
+    predict: Callable[[str], str]
+
+
+def _trained(name: str) -> Live:
+    run = load_run(CHECKPOINTS / f"{name}.pt")
+    task, vocabulary = run["spec"]["task"], run["vocabulary"]
+    kind = run["spec"]["kind"]
+
+    def ids(text: str) -> dict[str, list[int]]:
+        source = vocabulary.encode(tokenize(task, text))
+        if kind == "decoder-only":
+            return {"tokens": [*source, vocabulary.bos]}
+        return {"source" if kind == "encoder-decoder" else "tokens": source}
+
+    def predict(text: str) -> str:
+        source = tokenize(task, text)
+        (answer,) = decode_examples(run["model"], run["spec"], vocabulary, [source])
+        return detokenize(task, answer)
+
+    metadata = task_metadata(run) | {"name": name}
+    return Live(AttentionOutputs(run["model"]).eval(), metadata, ids, predict)
+
+
+def _basic() -> Live:
+    sentiment = _trained("sentiment")
+    table = sentiment.module.model.embedding.table.detach()
+    metadata = sentiment.metadata | {
+        "name": "basic", "output": "none", "causal": {"input": "causal"},
+        "title": "basic self-attention over word embeddings",
+        "example": "the acting was good but the plot was bad",
+    }  # fmt: skip
+    metadata.pop("labels")
+    return Live(AttentionOutputs(BasicLive(table)).eval(), metadata,
+                sentiment.tokenize, lambda text: "")  # fmt: skip
+
+
+def _minilm() -> Live:
+    encoder = nt.load_minilm()
+
+    def ids(text: str) -> dict[str, list[int]]:
+        return {"tokens": encoder.tokenize([text]).tokens[0].tolist()}
+
+    return Live(AttentionOutputs(encoder).eval(), {}, ids, lambda text: "")
+
+
+def reference(name: str) -> Live:
+    """The PyTorch side of live model ``name`` (one of :data:`LIVE`)."""
+    if name == "basic":
+        return _basic()
+    return _minilm() if name == "minilm" else _trained(name)
+
+
+def export_all(out: Path) -> list[Path]:
+    """Export every live model into ``out``; return the files written."""
+    for name in LIVE:
+        if name == "minilm":
+            export_minilm(out / "minilm.onnx")
+            continue
+        live = reference(name)
+        nt.export_onnx(live.module.model, out / f"{name}.onnx", live.metadata)
+    return sorted(out.iterdir())
+
+
+def publish(runs: Path = RUNS) -> None:
+    """Copy the trained runs' weights and settings into :data:`CHECKPOINTS`."""
+    CHECKPOINTS.mkdir(exist_ok=True)
+    for name, run in TRAINED.items():
+        state = load_checkpoint(runs / run / "checkpoint.pt")
+        kept = {k: state[k] for k in ("model", "step", "meta", "format")}
+        empty = {"optimizer": {}, "scheduler": {}, "rng": {}, "history": []}
+        torch.save(kept | empty, CHECKPOINTS / f"{name}.pt")
+        print(f"{name}: {(CHECKPOINTS / f'{name}.pt').stat().st_size / 1e3:.0f} kB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("publish", "export"))
+    parser.add_argument("out", nargs="?", type=Path, help="export: the folder")
+    args = parser.parse_args()
+    if args.command == "publish":
+        publish()
+    else:
+        for path in export_all(args.out):
+            print(path)
+
+
+if __name__ == "__main__":
+    main()

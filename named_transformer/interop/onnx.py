@@ -1,0 +1,317 @@
+r"""Export a model of the library to ONNX, with every layer's attention weights as
+named outputs, so that another runtime (onnxruntime in Python, onnxruntime-web in a
+browser) runs the library's own named computation.
+
+PyTorch's exporter (``torch.onnx.export``, which traces the forward pass with
+``torch.export``) records the graph of the ordinary forward pass: the einops
+rearrangements, the $\ndot{key}$ contractions and the $\nfun{seq}{softmax}$ become ONNX
+nodes. Nothing is rewritten by hand. Each output's name carries its axes,
+``"decoder.0.cross.weights: batch heads seq_q seq"``, and the ``batch``, ``seq`` and
+``seq_q`` axes stay dynamic. Beside ``model.onnx`` a ``model.json`` sidecar lists the
+inputs, the outputs and their axes, the attention maps (which tokens are the queries,
+which the keys) and whatever the caller adds (a vocabulary, the maximum length).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float, Shaped
+from torch import Tensor, nn
+
+from named_transformer.axes import checked, shape_checks
+from named_transformer.models.classifier import TransformerClassifier
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.text_encoder import TextEncoder
+from named_transformer.models.transformer import Transformer
+from named_transformer.pretrained.minilm import SentenceEncoder
+
+WEIGHT_AXES = ("batch", "heads", "seq_q", "seq")
+
+
+# --8<-- [start:Interface]
+@dataclass(frozen=True)
+class Interface:
+    """How a kind of model is called and what its exported graph returns.
+
+    ``inputs``: (name, axes) per graph input; an input with no axes is a 0-d flag.
+    ``output``: (name, axes) of the model's usual output. ``maps``: (weights key,
+    output stem, label, queries, keys) per group of attention maps, where the key
+    picks the group from what ``call`` returns and ``queries``/``keys`` name the
+    input whose tokens label the rows and the columns. ``call(model, *inputs)``
+    returns (output, {key: one weights tensor per layer}).
+    """
+
+    kind: str
+    inputs: tuple[tuple[str, tuple[str, ...]], ...]
+    output: tuple[str, tuple[str, ...]]
+    maps: tuple[tuple[str, str, str, str, str], ...]
+    call: Callable[..., tuple[Tensor, dict[str, list[Tensor]]]]
+
+
+# --8<-- [end:Interface]
+
+
+def _seq2seq(model: nn.Module, source: Tensor, target: Tensor):
+    return model(source, target, need_weights=True)
+
+
+def _language_model(model: nn.Module, tokens: Tensor):
+    log_probs, weights = model(tokens, need_weights=True)
+    return log_probs, {"self": weights}
+
+
+def _classifier(model: nn.Module, tokens: Tensor):
+    logits, weights = model(tokens, need_weights=True)
+    log_probs = torch.log_softmax(logits, dim=-1)  # allow-raw: classes is the last axis
+    return log_probs, {"self": weights}
+
+
+def _text_encoder(model: nn.Module, tokens: Tensor):
+    states, weights = model(tokens, need_weights=True)
+    return states, {"self": weights}
+
+
+def _sentence_encoder(model: nn.Module, tokens: Tensor):
+    """One sentence, or sentences of one length: every token is real."""
+    real = torch.ones_like(tokens, dtype=torch.bool)
+    embedding, weights = model(tokens, real, need_weights=True)
+    return embedding, {"self": weights}
+
+
+_SELF = (("self", "encoder.{}.self", "self-attention", "tokens", "tokens"),)
+INTERFACES: dict[type, Interface] = {
+    Transformer: Interface(
+        "encoder-decoder",
+        (("source", ("batch", "seq")), ("target", ("batch", "seq_q"))),
+        ("log_probs", ("batch", "seq_q", "vocab")),
+        (
+            (
+                "encoder",
+                "encoder.{}.self",
+                "encoder self-attention",
+                "source",
+                "source",
+            ),
+            (
+                "decoder_self",
+                "decoder.{}.self",
+                "decoder self-attention",
+                "target",
+                "target",
+            ),
+            (
+                "decoder_cross",
+                "decoder.{}.cross",
+                "cross-attention",
+                "target",
+                "source",
+            ),
+        ),  # fmt: skip
+        _seq2seq,
+    ),
+    LanguageModel: Interface(
+        "decoder-only",
+        (("tokens", ("batch", "seq")),),
+        ("log_probs", ("batch", "seq", "vocab")),
+        (("self", "decoder.{}.self", "causal self-attention", "tokens", "tokens"),),
+        _language_model,
+    ),
+    TransformerClassifier: Interface(
+        "classifier",
+        (("tokens", ("batch", "seq")),),
+        ("log_probs", ("batch", "classes")),
+        _SELF,
+        _classifier,
+    ),
+    TextEncoder: Interface(
+        "encoder",
+        (("tokens", ("batch", "seq")),),
+        ("states", ("batch", "seq", "layer")),
+        _SELF,
+        _text_encoder,
+    ),
+    SentenceEncoder: Interface(
+        "encoder",
+        (("tokens", ("batch", "seq")),),
+        ("embedding", ("batch", "layer")),
+        _SELF,
+        _sentence_encoder,
+    ),
+}
+
+
+def interface_of(model: nn.Module) -> Interface:
+    """The :class:`Interface` of ``model``: its own ``onnx_interface`` attribute, or the
+    one registered in ``INTERFACES`` for its class."""
+    own = getattr(model, "onnx_interface", None)
+    if isinstance(own, Interface):
+        return own
+    for kind, interface in INTERFACES.items():
+        if isinstance(model, kind):
+            return interface
+    known = ", ".join(kind.__name__ for kind in INTERFACES)
+    raise TypeError(
+        f"cannot export a {type(model).__name__}: export_onnx knows {known}, and "
+        "models with an 'onnx_interface' attribute"
+    )
+
+
+def _named(name: str, axes: tuple[str, ...]) -> str:
+    return f"{name}: {' '.join(axes)}"
+
+
+class AttentionOutputs(nn.Module):
+    """``model`` whose forward returns its usual output, then every layer's attention
+    weights (batch × heads × seq_q × seq), flat and in order: the graph
+    :func:`export_onnx` writes. ``names`` are the outputs' names, axes included."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model, self.interface = model, interface_of(model)
+        self.maps: list[dict[str, Any]] = []
+        self.names = [_named(*self.interface.output)]
+
+    @checked
+    def forward(
+        self,
+        *inputs: Shaped[Tensor, "..."],  # noqa: UP037
+    ) -> tuple[Float[Tensor, "..."], ...]:  # noqa: UP037
+        output, weights = self.interface.call(self.model, *inputs)
+        flat, maps = [output], []
+        for key, stem, label, queries, keys in self.interface.maps:
+            for layer, w in enumerate(weights[key]):
+                name = _named(f"{stem.format(layer)}.weights", WEIGHT_AXES)
+                maps.append({
+                    "output": name, "label": f"{label}, layer {layer + 1}",
+                    "group": label, "layer": layer, "heads": w.shape[-3],
+                    "queries": queries, "keys": keys,
+                })  # fmt: skip
+                flat.append(w)
+        self.maps, self.names = maps, [self.names[0], *(m["output"] for m in maps)]
+        return tuple(flat)
+
+
+def _example(interface: Interface) -> tuple[Tensor, ...]:
+    """Inputs to trace with: id 0 everywhere, sizes of 2 or more and unequal (a size
+    of 1, or two equal sizes, would be taken for a constant or for one axis)."""
+    sizes = {"batch": 2, "seq": 7, "seq_q": 5}
+    return tuple(
+        torch.zeros([sizes[a] for a in axes], dtype=torch.long)
+        if axes else torch.tensor(False)
+        for _, axes in interface.inputs
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The exporter's progress lines, warnings and log records, kept off the console:
+    they describe PyTorch's internals, not the model."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _require(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(
+            f"ONNX export needs {module}: pip install 'named_transformer[export]'"
+        )
+
+
+# --8<-- [start:export_onnx]
+@checked
+def export_onnx(
+    model: nn.Module,
+    path: str | Path,
+    metadata: dict[str, Any] | None = None,
+    *,
+    example: tuple[Shaped[Tensor, "..."], ...] | None = None,  # noqa: UP037
+) -> dict[str, Any]:
+    """Write ``model`` as an ONNX graph at ``path`` and its sidecar at ``path`` with
+    the suffix ``.json``; return the sidecar.
+
+    The graph's outputs are the model's usual output and the attention weights of
+    every layer, each named with its axes (``"encoder.0.self.weights: batch heads
+    seq_q seq"``); ``batch``, ``seq`` and ``seq_q`` stay dynamic. ``metadata`` (a
+    vocabulary, the longest input, labels …) is stored in the sidecar as given.
+    ``example``: inputs to trace with (default: small id tensors).
+    """
+    _require("onnxscript")  # the exporter's translator to ONNX
+    wrapped = AttentionOutputs(model).eval()
+    interface = wrapped.interface
+    example = example or _example(interface)
+    with torch.no_grad():
+        wrapped(*example)  # shape-checked once; fills in the output names
+    dims = {a: torch.export.Dim(a) for _, axes in interface.inputs for a in axes}
+    dynamic = {name: {i: dims[a] for i, a in enumerate(axes)} or None
+               for name, axes in interface.inputs}  # fmt: skip
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Checks ran on the example; while tracing, sizes are symbols, not ints.
+    with shape_checks(False), _quiet(), torch.no_grad():
+        torch.onnx.export(
+            wrapped, example, str(path), dynamo=True, external_data=False,
+            input_names=[n for n, _ in interface.inputs],
+            output_names=wrapped.names,
+            dynamic_shapes=(tuple(dynamic.values()),),  # forward(*inputs)
+        )  # fmt: skip
+    sidecar = {
+        "kind": interface.kind,
+        "inputs": [
+            {"name": n, "axes": list(a), "dtype": str(x.dtype).removeprefix("torch.")}
+            for (n, a), x in zip(interface.inputs, example, strict=True)
+        ],
+        "outputs": [
+            {"name": name, "axes": name.split(": ")[1].split()}
+            for name in wrapped.names
+        ],
+        "attention": wrapped.maps,
+        **(metadata or {}),
+    }
+    path.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
+    return sidecar
+
+
+# --8<-- [end:export_onnx]
+
+
+@checked
+def run_onnx(
+    path: str | Path,
+    *inputs: Shaped[Tensor, "..."],  # noqa: UP037
+) -> dict[str, Shaped[Tensor, "..."]]:  # noqa: UP037
+    """Run the graph at ``path`` with onnxruntime on ``inputs`` (in the graph's input
+    order); return every output by name, as tensors."""
+    _require("onnxruntime")
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(
+        str(path), providers=["CPUExecutionProvider"]
+    )
+    wanted = [i.name for i in session.get_inputs()]
+    if len(inputs) != len(wanted):
+        raise ValueError(
+            f"{path} takes {len(wanted)} inputs ({', '.join(wanted)}), "
+            f"got {len(inputs)}"
+        )
+    feeds = {n: x.numpy() for n, x in zip(wanted, inputs, strict=True)}
+    names = [o.name for o in session.get_outputs()]
+    outputs = session.run(names, feeds)
+    return {n: torch.from_numpy(v) for n, v in zip(names, outputs, strict=True)}

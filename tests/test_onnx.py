@@ -1,0 +1,238 @@
+"""ONNX export: onnxruntime runs the exported graph and gives what PyTorch gives.
+
+Tiny random models of every exportable kind are exported once each and run at sizes
+other than the traced ones (the ``batch``, ``seq`` and ``seq_q`` axes are dynamic).
+The site's live models are the files the docs build served (``NT_SITE_DIR``), or are
+exported here when no built site is given; each is run on a dozen real inputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import named_transformer as nt
+from named_transformer.interop.onnx import WEIGHT_AXES, AttentionOutputs
+from named_transformer.workflows import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB, CLASSES = 11, 3
+TINY = nt.TransformerConfig(encoder_layers=2, decoder_layers=1, layer=8, heads=2,
+                            hidden=16, dropout=0.0)  # fmt: skip
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def _tiny(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return {
+        "encoder-decoder": lambda: nt.Transformer(VOCAB, VOCAB, TINY),
+        "decoder-only": lambda: nt.LanguageModel(VOCAB, TINY),
+        "classifier": lambda: nt.TransformerClassifier(
+            VOCAB, CLASSES, num_layers=2, layer=8, heads=2, hidden=16, dropout=0.0
+        ),
+        "encoder": lambda: nt.TextEncoder(VOCAB, TINY),
+    }[kind]().eval()
+
+
+KINDS = ("encoder-decoder", "decoder-only", "classifier", "encoder")
+LAYERS = {"encoder-decoder": 2 + 1 + 1, "decoder-only": 1, "classifier": 2,
+          "encoder": 2}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict[str, tuple[torch.nn.Module, Path, dict]]:
+    folder = tmp_path_factory.mktemp("onnx")
+    done = {}
+    for kind in KINDS:
+        model = _tiny(kind)
+        sidecar = nt.export_onnx(model, folder / f"{kind}.onnx", {"name": kind})
+        done[kind] = (model, folder / f"{kind}.onnx", sidecar)
+    return done
+
+
+def _inputs(sidecar: dict, sizes: dict[str, int], seed: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        torch.randint(VOCAB, [sizes[a] for a in spec["axes"]], generator=generator)
+        for spec in sidecar["inputs"]
+    ]
+
+
+def _about(name: str):
+    return lambda message: f"{name}: {message}"
+
+
+def _same(onnx: dict[str, torch.Tensor], expected: tuple, names: list[str]) -> None:
+    """Every attention weight to 1e-5. The model's output to 1e-5 plus 1e-4 of its
+    size: a confident model's logits reach 40 or more, and the two runtimes' float32
+    matrix products, summed in different orders, differ in their last digits."""
+    assert list(onnx) == names
+    for name, want in zip(names, expected, strict=True):
+        tolerance = TOL if ".weights:" in name else {**TOL, "rtol": 1e-4}
+        torch.testing.assert_close(onnx[name], want, **tolerance, msg=_about(name))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_onnxruntime_equals_pytorch_at_untraced_sizes(exported, kind):
+    model, path, sidecar = exported[kind]
+    names = [o["name"] for o in sidecar["outputs"]]
+    wrapped = AttentionOutputs(model).eval()
+    for seed, sizes in enumerate(({"batch": 1, "seq": 1, "seq_q": 1},
+                                  {"batch": 3, "seq": 13, "seq_q": 2},
+                                  {"batch": 2, "seq": 4, "seq_q": 9})):  # fmt: skip
+        inputs = _inputs(sidecar, sizes, seed)
+        with torch.no_grad():
+            _same(nt.run_onnx(path, *inputs), wrapped(*inputs), names)
+
+
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(1, 3), seq=st.integers(1, 12), seed=st.integers(0, 99))
+def test_decoder_only_graph_equals_pytorch_for_any_sizes(exported, batch, seq, seed):
+    model, path, sidecar = exported["decoder-only"]
+    inputs = _inputs(sidecar, {"batch": batch, "seq": seq}, seed)
+    with torch.no_grad():
+        expected = AttentionOutputs(model)(*inputs)
+    _same(nt.run_onnx(path, *inputs), expected, [o["name"] for o in sidecar["outputs"]])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_outputs_are_named_with_their_axes(exported, kind):
+    _, path, sidecar = exported[kind]
+    assert json.loads(path.with_suffix(".json").read_text()) == sidecar
+    assert sidecar["kind"] == kind and sidecar["name"] == kind
+    maps = sidecar["attention"]
+    assert len(maps) == LAYERS[kind]
+    for entry, output in zip(maps, sidecar["outputs"][1:], strict=True):
+        assert output["name"] == entry["output"]
+        assert output["name"].endswith(": batch heads seq_q seq")
+        assert tuple(output["axes"]) == WEIGHT_AXES and entry["heads"] == 2
+    inputs = {i["name"] for i in sidecar["inputs"]}
+    assert {m["queries"] for m in maps} | {m["keys"] for m in maps} <= inputs
+    first = sidecar["outputs"][0]
+    assert first["name"] == f"{first['name'].split(':')[0]}: {' '.join(first['axes'])}"
+
+
+def test_cross_attention_reads_target_queries_and_source_keys(exported):
+    *_, sidecar = exported["encoder-decoder"]
+    cross = [m for m in sidecar["attention"] if m["group"] == "cross-attention"]
+    assert [m["output"] for m in cross] == [
+        "decoder.0.cross.weights: batch heads seq_q seq"
+    ]
+    assert (cross[0]["queries"], cross[0]["keys"]) == ("target", "source")
+
+
+def test_a_model_it_cannot_export_is_named(tmp_path):
+    with pytest.raises(TypeError, match="cannot export a Linear: export_onnx knows"):
+        nt.export_onnx(torch.nn.Linear(2, 2), tmp_path / "x.onnx")
+
+
+def test_run_onnx_names_the_inputs_it_needs(exported):
+    _, path, _ = exported["encoder-decoder"]
+    with pytest.raises(ValueError, match=r"takes 2 inputs \(source, target\), got 1"):
+        nt.run_onnx(path, torch.zeros(1, 3, dtype=torch.long))
+
+
+# ----------------------------------------------------------------- the site's models
+
+
+def _live_module():
+    spec = importlib.util.spec_from_file_location(
+        "live_models", ROOT / "docs" / "scripts" / "live_models.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("live_models", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+LIVE = _live_module()
+TEXTS = {
+    "digits": ["0123456789", "9", "55555", "31415926535897932384", "1 2 3",
+               "8080", "70", "123321", "9081726354", "44", "20202020", "5"],
+    "characters": ["12 March 2021", "2021-03-12", "March 12, 2021", "12/03/2021",
+                   "Friday, 12 March 2021", "1 JAN 1900", "31.12.2099", "5 May 1955",
+                   "the 3rd of June 1999", "JUNE 3 1999", "03-06-1999", "7 Jul 2000"],
+    "words": ["the acting was good", "the plot was bad", "not good", "great",
+              "the film was not bad at all", "boring", "the music was wonderful",
+              "the ending felt weak", "good good good", "the cast", "bad acting",
+              "the story was moving"],
+    "wordpiece": ["The cat sat on the mat.", "Hello!", "naïve café déjà vu",
+                  "A man is eating food.", "attention is all you need", "ok",
+                  "Transformers read every token at once.", "1 2 3", "¿qué?",
+                  "The animal didn't cross the street because it was too tired.",
+                  "UPPER lower", "tokens, tokens, tokens"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def live_models(tmp_path_factory) -> Path:
+    """The site's exported models: those the build served, or fresh ones."""
+    site = os.environ.get("NT_SITE_DIR")
+    if site and (Path(site) / "assets" / "live" / "models").is_dir():
+        return Path(site) / "assets" / "live" / "models"
+    folder = tmp_path_factory.mktemp("live")
+    LIVE.export_all(folder)
+    return folder
+
+
+def _feeds(live, sidecar: dict, text: str) -> list[torch.Tensor]:
+    ids = live.tokenize(text)
+    if sidecar["kind"] == "encoder-decoder":  # the target: <bos> and a few tokens
+        ids["target"] = [sidecar["tokenizer"]["bos"], *ids["source"][:3]]
+    feeds = [torch.tensor([ids[i["name"]]]) for i in sidecar["inputs"][:2]
+             if i["axes"]]  # fmt: skip
+    if sidecar.get("causal"):
+        feeds.append(torch.tensor(len(text) % 2 == 0))  # both settings over the texts
+    return feeds
+
+
+@pytest.mark.parametrize("name", LIVE.LIVE)
+def test_every_live_model_equals_pytorch_on_a_dozen_inputs(live_models, name):
+    live = LIVE.reference(name)
+    sidecar = json.loads((live_models / f"{name}.json").read_text())
+    names = [o["name"] for o in sidecar["outputs"]]
+    reads = sidecar["tokenizer"]["reads"]
+    assert len(TEXTS[reads]) == 12
+    for text in TEXTS[reads]:
+        feeds = _feeds(live, sidecar, text)
+        with torch.no_grad():
+            expected = live.module(*feeds)
+        _same(nt.run_onnx(live_models / f"{name}.onnx", *feeds), expected, names)
+
+
+def test_live_sidecars_say_how_to_read_text(live_models):
+    for name in LIVE.LIVE:
+        sidecar = json.loads((live_models / f"{name}.json").read_text())
+        assert sidecar["name"] == name and sidecar["max_length"] >= 1
+        assert sidecar["example"] and sidecar["title"]
+        size = (live_models / f"{name}.onnx").stat().st_size
+        assert size < (100e6 if name == "minilm" else 2e6), (name, size)
+    minilm = json.loads((live_models / "minilm.json").read_text())
+    assert (live_models / minilm["tokenizer"]["file"]).is_file()
+
+
+def test_cli_exports_a_checkpoint(tmp_path, capsys):
+    out = tmp_path / "copy.onnx"
+    checkpoint = ROOT / "docs" / "scripts" / "live_checkpoints" / "copy.pt"
+    assert cli.main(["export", str(checkpoint), str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}" in printed
+    assert "output decoder.0.cross.weights: batch heads seq_q seq" in printed
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["tokenizer"]["reads"] == "digits" and sidecar["max_steps"] >= 2
+
+
+def test_cli_export_of_a_bad_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert cli.main(["export", str(bad), str(tmp_path / "x.onnx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "is not a torch file" in err
