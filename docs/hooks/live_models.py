@@ -13,12 +13,13 @@ as ``assets/live/models/``. The widgets (``docs/javascripts/live/``) load them t
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import logging
 import shutil
+import sys
 from pathlib import Path
 
-import torch
 from mkdocs.structure.files import File, Files
 
 log = logging.getLogger("mkdocs.hooks.live_models")
@@ -33,7 +34,7 @@ def _key(root: Path) -> str:
         root / "docs" / "scripts" / "live_models.py",
         *sorted(package.rglob("*.py")),
     ]
-    digest = hashlib.sha256(torch.__version__.encode())
+    digest = hashlib.sha256(importlib.metadata.version("torch").encode())
     for path in inputs:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
@@ -49,6 +50,7 @@ def export_models(root: Path) -> Path:
     spec = importlib.util.spec_from_file_location("live_models", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
     spec.loader.exec_module(module)
     log.info("Exporting the live models to %s", folder)
     shutil.rmtree(folder.parent, ignore_errors=True)  # older exports: not needed

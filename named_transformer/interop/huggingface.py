@@ -300,7 +300,7 @@ def _parameters(model: nn.Module, name: _Name) -> list[Tensor]:
 def from_huggingface(
     model,
     # any shape: each tensor is checked against its named weight below
-    state_dict: Mapping[str, Shaped[Tensor, "..."]] | None = None,  # noqa: UP037
+    state_dict: Mapping[str, Shaped[Tensor, "..."]] | None = None,
     *,
     fused_attention: bool = False,
 ) -> TextEncoder | LanguageModel:

@@ -185,8 +185,8 @@ class AttentionOutputs(nn.Module):
     @checked
     def forward(
         self,
-        *inputs: Shaped[Tensor, "..."],  # noqa: UP037
-    ) -> tuple[Float[Tensor, "..."], ...]:  # noqa: UP037
+        *inputs: Shaped[Tensor, "..."],
+    ) -> tuple[Float[Tensor, "..."], ...]:
         output, weights = self.interface.call(self.model, *inputs)
         flat, maps = [output], []
         for key, stem, label, queries, keys in self.interface.maps:
@@ -242,7 +242,7 @@ def export_onnx(
     path: str | Path,
     metadata: dict[str, Any] | None = None,
     *,
-    example: tuple[Shaped[Tensor, "..."], ...] | None = None,  # noqa: UP037
+    example: tuple[Shaped[Tensor, "..."], ...] | None = None,
 ) -> dict[str, Any]:
     """Write ``model`` as an ONNX graph at ``path`` and its sidecar at ``path`` with
     the suffix ``.json``; return the sidecar.
@@ -295,8 +295,8 @@ def export_onnx(
 @checked
 def run_onnx(
     path: str | Path,
-    *inputs: Shaped[Tensor, "..."],  # noqa: UP037
-) -> dict[str, Shaped[Tensor, "..."]]:  # noqa: UP037
+    *inputs: Shaped[Tensor, "..."],
+) -> dict[str, Shaped[Tensor, "..."]]:
     """Run the graph at ``path`` with onnxruntime on ``inputs`` (in the graph's input
     order); return every output by name, as tensors."""
     _require("onnxruntime")
