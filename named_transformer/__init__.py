@@ -152,6 +152,7 @@ from named_transformer.pretrained import (
     load_minilm,
     to_huggingface,
 )
+from named_transformer.rasp.tracr import from_tracr
 
 __all__ = [
     "AXES",
@@ -283,5 +284,6 @@ __all__ = [
     "blockwise_attention",
     "export_onnx",
     "run_onnx",
+    "from_tracr",
 ]
 __version__ = "0.4.0"

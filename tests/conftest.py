@@ -1,7 +1,15 @@
 """Shared test settings: hypothesis without deadlines (torch on 2 cores misses 200
-ms)."""
+ms); the built site, its loopback server and Chromium, shared by the browser tests
+(tests/test_site_browser.py, tests/test_live_browser.py)."""
 
+import functools
 import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,3 +31,86 @@ def _seed_and_checks_on():
     torch.manual_seed(0)
     with nt.shape_checks(True):
         yield
+
+
+# --- browser tests: the site CI built (NT_SITE_DIR) or one built per session ---------
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-quic",
+    "--metrics-recording-only",
+    "--dns-prefetch-disable",
+]
+
+
+@pytest.fixture(scope="session")
+def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("NT_SITE_DIR")
+    if given:
+        site = Path(given)
+        assert (site / "index.html").is_file(), (
+            f"NT_SITE_DIR={given} holds no built site"
+        )
+        return site
+    site = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    )
+    return site
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(site_dir: Path) -> Iterator[str]:
+    handler = functools.partial(_QuietHandler, directory=str(site_dir))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """One Chromium for the session."""
+    if not CHROMIUM.is_file():
+        pytest.skip(
+            "Debian chromium is not installed at /usr/bin/chromium "
+            "(.ci/run installs it)"
+        )
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright (test extra) missing"
+    )
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()

@@ -20,14 +20,9 @@ Uses Debian's ``/usr/bin/chromium`` (``.ci/run`` installs it); never
 from __future__ import annotations
 
 import functools
-import os
 import re
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from html.parser import HTMLParser
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -41,7 +36,6 @@ except ImportError:  # the browser fixture skips every test that would need it
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "named_transformer"
-CHROMIUM = Path("/usr/bin/chromium")
 CONCEPT_DIRS = ("learn/", "models/")
 # TeX that KaTeX never rendered, in the page text outside code: a delimiter (\( \) \[ \]
 # from arithmatex, $$), a command (\mathsf, \frac, the site's \ndot, \nfun), or a $x$.
@@ -54,23 +48,6 @@ PHONE = (390, 844)
 PHONE_PAGES = ("learn/basic-self-attention/", "workflows/training/")
 SOURCE_COLUMNS = 88  # ruff's line length: such a line must fit a code block unwrapped
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--disable-domain-reliability",
-    "--disable-client-side-phishing-detection",
-    "--no-first-run",
-    "--no-default-browser-check",
-    "--disable-quic",
-    "--metrics-recording-only",
-    "--dns-prefetch-disable",
-]
 
 
 def page_paths() -> list[str]:
@@ -102,66 +79,6 @@ def package_lines() -> frozenset[str]:
             if len(line) >= 20 and not line.startswith("#"):
                 lines.add(line)
     return frozenset(lines)
-
-
-@pytest.fixture(scope="session")
-def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    given = os.environ.get("NT_SITE_DIR")
-    if given:
-        site = Path(given)
-        assert (site / "index.html").is_file(), (
-            f"NT_SITE_DIR={given} holds no built site"
-        )
-        return site
-    site = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, (
-        f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
-    )
-    return site
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="session")
-def server(site_dir: Path) -> Iterator[str]:
-    handler = functools.partial(_QuietHandler, directory=str(site_dir))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
-    """One Chromium for the session."""
-    if not CHROMIUM.is_file():
-        pytest.skip(
-            "Debian chromium is not installed at /usr/bin/chromium "
-            "(.ci/run installs it)"
-        )
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright (test extra) missing"
-    )
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="session")

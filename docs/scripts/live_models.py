@@ -111,7 +111,7 @@ def _basic() -> Live:
     metadata = sentiment.metadata | {
         "name": "basic", "output": "none", "causal": {"input": "causal"},
         "title": "basic self-attention over word embeddings",
-        "example": "the acting was good but the plot was bad",
+        "example": "the acting was good and the plot was bad",
     }  # fmt: skip
     metadata.pop("labels")
     return Live(AttentionOutputs(BasicLive(table)).eval(), metadata,

@@ -37,6 +37,7 @@ import torch
 from named_transformer.axes import shape_checks
 from named_transformer.exercises.commands import add_commands as add_exercises
 from named_transformer.pretrained.commands import add_commands
+from named_transformer.rasp.commands import add_commands as add_rasp
 from named_transformer.workflows.data import START, Vocabulary
 from named_transformer.workflows.export import add_commands as add_export
 from named_transformer.workflows.runner import KINDS, PAPER, RECIPES, SIZES
@@ -352,7 +353,8 @@ def parser() -> argparse.ArgumentParser:
         )
         add("--no-figure", action="store_true", help="draw no attention maps")
     add_exercises(commands, _Help)  # init and check: always shape-checked
-    added = (*add_commands(commands, _Help), *add_export(commands, _Help))
+    added = (*add_commands(commands, _Help), *add_export(commands, _Help),
+             *add_rasp(commands, _Help))  # fmt: skip
     for command in (train, evaluate, decode, *added):
         command.add_argument("--no-shape-checks", action="store_true",
                              help="turn runtime shape checks off (faster)")  # fmt: skip

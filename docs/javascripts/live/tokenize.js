@@ -1,0 +1,116 @@
+// Text -> token ids, the way the Python side reads a user's input (the sidecar's
+// "tokenizer" entry says how). Bad input is not an exception: encode() returns a
+// sentence in `problem` naming what is wrong, and the widget shows it.
+
+const TOKENIZERS = new URL("../../assets/live/vendor/tokenizers/tokenizers.min.mjs",
+  import.meta.url);
+
+// Spaces shown as ␣: a space token must be visible in a sentence and on a map.
+export const visible = (token) => token.replace(/ /g, "␣");
+const quote = (text) => `“${visible(text)}”`;
+
+// "x", "y" and "z"
+function list(items) {
+  const quoted = items.map(quote);
+  if (quoted.length < 2) return quoted.join("");
+  return `${quoted.slice(0, -1).join(", ")} and ${quoted[quoted.length - 1]}`;
+}
+
+const unique = (items) => [...new Set(items)];
+
+// How a model reads: split the text into pieces, and name the pieces it cannot read.
+const READERS = {
+  digits: {
+    empty: "Type some digits.",
+    split: (text) => [...text].filter((c) => !/\s/u.test(c)),
+    // Only 0-9: Python's str.isdigit() would also take "٣", which no vocabulary holds.
+    unknown: (pieces) => unique(pieces.filter((c) => !/^[0-9]$/.test(c))),
+    explain: (bad) =>
+      `${list(bad)} ${bad.length === 1 ? "is not a digit" : "are not digits"}; ` +
+      "this model reads digits only.",
+  },
+  characters: {
+    empty: "Type some text.",
+    split: (text) => [...text.trim()], // code points, like Python's tuple(str)
+    explain: (bad, known) =>
+      `${list(bad)} ${bad.length === 1 ? "is not a character" : "are not characters"} ` +
+      `this model knows; it knows ${known.length}: ${known.join("").replace(" ", "␣")}`,
+  },
+  words: {
+    empty: "Type a sentence.",
+    split: (text, spec) => {
+      const source = spec.lowercase === false ? text : text.toLowerCase();
+      return source.match(new RegExp(spec.pattern, "gu")) ?? [];
+    },
+    explain: (bad, known) =>
+      `${list(bad.slice(0, 6))}${bad.length > 6 ? ` and ${bad.length - 6} more` : ""} ` +
+      `${bad.length === 1 ? "is not a word" : "are not words"} this model knows; ` +
+      `it knows ${known.length} words, e.g. ${list(known.slice(0, 8))}.`,
+  },
+};
+
+// A reader over the sidecar's vocabulary (id = index; specials first).
+function vocabularyTokenizer(spec, maxLength) {
+  const reader = READERS[spec.reads];
+  const vocabulary = spec.vocabulary;
+  const ids = new Map(vocabulary.map((token, id) => [token, id]));
+  const specials = new Set(["pad", "bos", "eos", "unk"].map((key) => spec[key]));
+  const known = vocabulary.filter((_, id) => !specials.has(id));
+  return {
+    label: (id) => vocabulary[id] ?? `#${id}`,
+    encode(text) {
+      const pieces = reader.split(text, spec);
+      if (pieces.length === 0) return { ids: [], tokens: [], problem: reader.empty, note: "" };
+      const bad = reader.unknown ? reader.unknown(pieces)
+        : unique(pieces.filter((piece) => !ids.has(piece)));
+      if (bad.length > 0) {
+        return { ids: [], tokens: [], problem: reader.explain(bad, known), note: "" };
+      }
+      const cut = cutTo(pieces.map((piece) => ids.get(piece)), maxLength, null);
+      return { ...cut, tokens: cut.ids.map((id) => vocabulary[id]), problem: "" };
+    },
+  };
+}
+
+// Longer input is cut to the longest the model was trained on, with a note. `last`: a
+// token that must stay last (WordPiece's [SEP]).
+function cutTo(ids, maxLength, last) {
+  if (!maxLength || ids.length <= maxLength) return { ids, note: "" };
+  const kept = last === null ? ids.slice(0, maxLength) : [...ids.slice(0, maxLength - 1), last];
+  const note = `The input is ${ids.length} tokens long; this model reads at most ` +
+    `${maxLength}, so only the first ${maxLength} are used.`;
+  return { ids: kept, note };
+}
+
+// WordPiece through @huggingface/tokenizers with the model's own tokenizer.json: ids
+// include [CLS] ... [SEP], as Python's tokenizer returns them.
+async function wordpieceTokenizer(spec, maxLength, models, fetchJSON) {
+  const [{ Tokenizer }, json] = await Promise.all([
+    import(TOKENIZERS.href),
+    fetchJSON(new URL(spec.file, models)),
+  ]);
+  const tokenizer = new Tokenizer(json, {});
+  return {
+    label: (id) => tokenizer.id_to_token(id) ?? `#${id}`,
+    encode(text) {
+      if (text.trim() === "") return { ids: [], tokens: [], problem: "Type a sentence.", note: "" };
+      const all = tokenizer.encode(text).ids.map(Number);
+      const cut = cutTo(all, maxLength, all[all.length - 1]);
+      return { ...cut, tokens: cut.ids.map((id) => tokenizer.id_to_token(id)), problem: "" };
+    },
+  };
+}
+
+// The tokenizer a sidecar describes. `models`: the URL of the folder holding the sidecar
+// (the tokenizer.json named by a WordPiece sidecar lies beside it).
+export async function makeTokenizer(sidecar, models, fetchJSON) {
+  const spec = sidecar.tokenizer;
+  if (!spec || !spec.reads) throw new Error(`${sidecar.name}.json has no "tokenizer" entry`);
+  if (spec.reads === "wordpiece") {
+    return wordpieceTokenizer(spec, sidecar.max_length, models, fetchJSON);
+  }
+  if (!(spec.reads in READERS)) {
+    throw new Error(`${sidecar.name}.json: unknown tokenizer "${spec.reads}"`);
+  }
+  return vocabularyTokenizer(spec, sidecar.max_length);
+}

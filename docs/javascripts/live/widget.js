@@ -1,0 +1,299 @@
+// One live widget: <div class="nt-live" data-model="dates" data-text="12 March 2021"
+// data-attention="cross" data-layout="heads" data-causal="true"></div>.
+// Typing re-runs the exported model (debounced) and redraws the attention map. What a
+// test needs is on element.ntLive, with state and runs mirrored as data-* attributes.
+
+import { loadModel } from "./model.js";
+import { cellAt, figure, toCanvas } from "./heatmap.js";
+import { element, makeControls } from "./controls.js";
+import { savePNG, saveSVG } from "./save.js";
+import { visible } from "./tokenize.js";
+
+const DEBOUNCE_MS = 150;
+const GAP = 16; // px between maps drawn side by side
+const MIN_MAP = 180; // px: the narrowest a map drawn side by side may be
+
+// The colours and font of the page (Material's variables: light and dark schemes).
+function pageStyle(node) {
+  const css = getComputedStyle(node);
+  const variable = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+  return {
+    fg: variable("--md-default-fg-color", "#222"),
+    muted: variable("--md-default-fg-color--light", "#666"),
+    bg: variable("--md-default-bg-color", "#fff"),
+    family: css.fontFamily || "sans-serif",
+  };
+}
+
+// The attention entries the markup asks for: data-attention="cross" (or "self",
+// "encoder self", several separated by commas) keeps the groups whose name holds one.
+function wanted(sidecar, filter) {
+  const words = (filter ?? "").split(",").map((w) => w.trim().toLowerCase()).filter(Boolean);
+  const entries = sidecar.attention.filter((entry) =>
+    words.length === 0 || words.some((word) => entry.group.toLowerCase().includes(word)));
+  return entries.length > 0 ? entries : sidecar.attention;
+}
+
+// weights {dims, data} as plain numbers, read only when a test asks (MiniLM's are big).
+const plain = (raw) => Object.fromEntries(Object.entries(raw).map(([name, tensor]) =>
+  [name, { dims: tensor.dims.map(Number), data: Array.from(tensor.data) }]));
+
+export async function mount(root) {
+  const name = root.dataset.model ?? "";
+  let raw = {};
+  const live = {
+    state: "loading", runs: 0, message: "", text: root.dataset.text ?? "", note: "",
+    ids: {}, tokens: {}, output: "", probability: null, vector: null,
+    queries: {}, keys: {}, latencyMs: null, computeMs: null,
+    get weights() {
+      return plain(raw);
+    },
+  };
+  root.ntLive = live;
+  const setState = (state) => {
+    live.state = state;
+    root.dataset.state = state;
+  };
+  setState("loading");
+
+  const title = element("div", { class: "nt-live__title", text: `Live: ${name}` });
+  const input = element("input", { type: "text", class: "nt-live__input", spellcheck: "false",
+    autocomplete: "off", "aria-label": `input to the ${name} model` });
+  input.value = live.text;
+  const message = element("p", { class: "nt-live__message", role: "status",
+    text: `Loading the ${name} model…` });
+  const tokens = element("div", { class: "nt-live__tokens" });
+  const output = element("div", { class: "nt-live__output" });
+  const maps = element("div", { class: "nt-live__maps" });
+  const readout = element("p", { class: "nt-live__readout", "aria-live": "polite",
+    text: "Hover over or tap a cell to read its weight." });
+  root.replaceChildren(title, input, message, tokens, output);
+
+  let model;
+  try {
+    model = await loadModel(name);
+  } catch (error) {
+    setState("error");
+    live.message = `The live model “${name}” failed to load: ${error.message}.`;
+    message.textContent = live.message;
+    message.classList.add("nt-live__message--error");
+    return;
+  }
+  const { sidecar } = model;
+  title.textContent = sidecar.title ?? `Live: ${name}`;
+  const perHead = root.dataset.layout === "heads";
+  const controls = makeControls({
+    entries: wanted(sidecar, root.dataset.attention), perHead, causal: Boolean(sidecar.causal),
+    onSelect: () => draw(),
+    onCausal: () => request(performance.now()),
+    onSave: (format) => save(format),
+  });
+  if (sidecar.causal && root.dataset.causal === "true") {
+    controls.node.querySelector("input[name=causal]").checked = true;
+  }
+  root.append(controls.node, maps, readout);
+
+  let result = null; // the last successful computation, with its token labels
+  let scene = null; // what is on screen: {placed, width, height, family, canvas}
+
+  function draw() {
+    maps.replaceChildren();
+    scene = null;
+    if (!result) return;
+    const { entry, heads } = controls.selection();
+    const tensor = result.outputs[entry.output];
+    const [, , q, k] = tensor.dims.map(Number);
+    const style = pageStyle(root);
+    const width = maps.clientWidth || root.clientWidth || 320;
+    // side by side when there is room, wrapped into rows otherwise
+    const across = Math.max(1, Math.min(heads.length, Math.floor((width + GAP) / (MIN_MAP + GAP))));
+    const each = Math.floor((width - GAP * (across - 1)) / across);
+    const placed = [];
+    let y = 0;
+    let rowHeight = 0;
+    heads.forEach((h, n) => {
+      const fig = figure({
+        // one map per head: the caption above names the layer, each map its head
+        title: perHead ? `head ${h + 1}`
+          : entry.heads > 1 ? `${entry.label}, head ${h + 1}` : entry.label,
+        rows: result.labels[entry.queries].map(visible),
+        cols: result.labels[entry.keys].map(visible),
+        values: tensor.data.subarray(h * q * k, (h + 1) * q * k),
+        rowAxis: "seq_q", colAxis: "seq",
+      }, each, style);
+      if (n % across === 0 && n > 0) {
+        y += rowHeight + GAP;
+        rowHeight = 0;
+      }
+      placed.push({ figure: fig, dx: (n % across) * (each + GAP), dy: y, head: h });
+      rowHeight = Math.max(rowHeight, fig.height);
+    });
+    const height = y + rowHeight;
+    const used = Math.max(...placed.map((p) => p.dx + p.figure.width));
+    const canvas = element("canvas", { class: "nt-live__canvas", role: "img",
+      "aria-label": `${entry.label}: attention weights of ${q} queries over ${k} keys` });
+    canvas.style.width = `${used}px`;
+    toCanvas(canvas, placed, used, height, window.devicePixelRatio || 1, style.family);
+    if (perHead) maps.append(element("div", { class: "nt-live__caption", text: entry.label }));
+    // where the first map's cells are, in CSS px of the canvas (tests aim at a cell)
+    canvas.dataset.grid = JSON.stringify(placed[0].figure.grid);
+    maps.append(canvas);
+    scene = { placed, width: used, height, family: style.family, canvas, entry, q, k, tensor };
+  }
+
+  // Hover (mouse) and tap (touch, pen): the weight under the pointer and its tokens.
+  function point(event) {
+    if (!scene) return;
+    const box = scene.canvas.getBoundingClientRect();
+    // CSS may have narrowed the canvas (max-width: 100%): back to figure pixels
+    const scale = scene.width / (box.width || scene.width);
+    const x = (event.clientX - box.left) * scale;
+    const y = (event.clientY - box.top) * scale;
+    for (const { figure: fig, dx, dy, head } of scene.placed) {
+      const cell = cellAt(fig.grid, x - dx, y - dy);
+      if (!cell) continue;
+      const { entry, q, k, tensor } = scene;
+      const weight = tensor.data[head * q * k + cell.i * k + cell.j];
+      const query = visible(result.labels[entry.queries][cell.i]);
+      const key = visible(result.labels[entry.keys][cell.j]);
+      readout.textContent = `${entry.label}${entry.heads > 1 ? `, head ${head + 1}` : ""}: ` +
+        `query “${query}” (seq_q ${cell.i}) → key “${key}” (seq ${cell.j}): ` +
+        `weight ${weight.toFixed(4)}`;
+      return;
+    }
+  }
+  maps.addEventListener("pointermove", point);
+  maps.addEventListener("pointerdown", point);
+
+  async function save(format) {
+    if (!scene) return;
+    const { entry } = controls.selection();
+    const stem = `${name}-${entry.output.split(":")[0].replace(/\.weights$/, "")}` +
+      (scene.placed.length === 1 && entry.heads > 1 ? `-head${scene.placed[0].head + 1}` : "");
+    try {
+      await (format === "png" ? savePNG : saveSVG)(scene, stem.replace(/[^\w.-]+/g, "-"));
+    } catch (error) {
+      readout.textContent = `Could not save: ${error.message}`;
+    }
+  }
+
+  function show(text, isProblem) {
+    message.textContent = text;
+    message.hidden = text === "";
+    message.classList.toggle("nt-live__message--problem", isProblem);
+  }
+
+  // One recomputation for the text in the box; `since`: the input event it answers.
+  async function compute(since) {
+    const started = performance.now();
+    const text = input.value;
+    const encoded = model.tokenizer.encode(text);
+    Object.assign(live, { text, note: encoded.note, message: encoded.problem });
+    if (encoded.problem) {
+      result = null;
+      Object.assign(live, { ids: {}, tokens: {}, output: "", probability: null, vector: null,
+        queries: {}, keys: {} });
+      raw = {};
+      show(encoded.problem, true);
+      tokens.replaceChildren();
+      output.replaceChildren();
+    } else {
+      let run;
+      try {
+        run = await model.compute(encoded.ids, controls.causal);
+      } catch (error) {
+        setState("error");
+        live.message = `Running the ${name} model failed: ${error.message}`;
+        show(live.message, true);
+        return;
+      }
+      const labels = {};
+      for (const [input, ids] of Object.entries(run.inputs)) {
+        labels[input] = ids.map((id) => model.tokenizer.label(id));
+      }
+      result = { ...run, labels };
+      raw = {};
+      for (const entry of sidecar.attention) raw[entry.output] = run.outputs[entry.output];
+      Object.assign(live, {
+        ids: Object.fromEntries(Object.entries(run.inputs).map(([k, v]) => [k, [...v]])),
+        tokens: labels, output: run.output, probability: run.probability ?? null,
+        vector: run.vector ? Array.from(run.vector) : null,
+        queries: Object.fromEntries(sidecar.attention.map((e) => [e.output, labels[e.queries]])),
+        keys: Object.fromEntries(sidecar.attention.map((e) => [e.output, labels[e.keys]])),
+      });
+      show(encoded.note, false);
+      showTokens(encoded.tokens, run);
+    }
+    draw();
+    const done = performance.now();
+    live.computeMs = done - started;
+    live.latencyMs = done - since;
+    live.runs += 1;
+    root.dataset.runs = String(live.runs);
+  }
+
+  function chips(items, cls) {
+    return items.map((t) => element("span", { class: `nt-live__token ${cls}`, text: visible(t) }));
+  }
+
+  function showTokens(shown, run) {
+    tokens.replaceChildren(element("span", { class: "nt-live__label", text: "tokens" }),
+      ...chips(shown, ""));
+    const parts = [element("span", { class: "nt-live__label", text: "output" })];
+    if (sidecar.kind === "classifier") {
+      parts.push(element("strong", { text: run.output }),
+        ` (probability ${run.probability.toFixed(3)})`);
+    } else if (sidecar.kind === "encoder") {
+      if (run.vector) {
+        const norm = Math.hypot(...run.vector);
+        const first = Array.from(run.vector.slice(0, 3), (v) => v.toFixed(3)).join(", ");
+        parts.push(`a sentence embedding of ${run.vector.length} numbers: ${first}, … ` +
+          `(length ${norm.toFixed(3)})`);
+      } else {
+        parts.length = 0;
+      }
+    } else {
+      parts.push(...chips(run.predicted.map((id) => model.tokenizer.label(id)), "nt-live__out"),
+        " → ", element("strong", { text: run.output || "(nothing)" }));
+    }
+    output.replaceChildren(...parts);
+  }
+
+  // Recompute once typing pauses; one recomputation at a time, the latest text last.
+  let timer = null;
+  let busy = false;
+  let again = false;
+  let since = performance.now();
+  async function recompute() {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    do {
+      again = false;
+      await compute(since);
+    } while (again && live.state !== "error");
+    busy = false;
+  }
+  function request(at) {
+    since = at;
+    clearTimeout(timer);
+    timer = setTimeout(recompute, DEBOUNCE_MS);
+  }
+  input.addEventListener("input", (event) => request(event.timeStamp || performance.now()));
+
+  // Redraw (no recomputation) when the widget's width or the colour scheme changes.
+  let lastWidth = maps.clientWidth;
+  new ResizeObserver(() => {
+    if (maps.clientWidth !== lastWidth) {
+      lastWidth = maps.clientWidth;
+      draw();
+    }
+  }).observe(maps);
+  new MutationObserver(() => draw()).observe(document.body,
+    { attributes: true, attributeFilter: ["data-md-color-scheme"] });
+
+  setState("ready");
+  await recompute();
+}

@@ -1,0 +1,531 @@
+"""The live attention widgets, in headless Chromium, against the PyTorch models.
+
+For each live model (``docs/scripts/live_models.py``: ``LIVE``) the test opens the page
+of the built site that shows its widget (a ``<div class="nt-live" data-model=...>``;
+when no page shows one yet, the widget is added to the home page), types inputs it
+chooses into the widget's text box and waits for ``data-runs`` to go up, then reads
+``element.ntLive`` and compares with Python on the same text:
+
+- the ids with Python's tokenization (cut to the sidecar's ``max_length``),
+- every attention map with the PyTorch module's on the page's own ids, to 1e-4,
+- the output with Python's greedy decoding or label (MiniLM: the embedding, to 1e-4).
+
+Inputs: the sidecar's example, the longest allowed, one beyond it (cut, with a note),
+a non-ASCII one and an invalid one (a sentence naming what is wrong, no maps). No
+request may leave the loopback server, and the widget may not make the page scroll
+sideways at 390, 1280 or 1600 px. Screenshots of each state go to ``NT_SCREENSHOTS``
+(default: a pytest temporary directory); their paths are printed.
+
+Site, server and Chromium: the fixtures of tests/conftest.py (``NT_SITE_DIR`` or a build
+per session).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import functools
+import importlib.util
+import json
+import math
+import os
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_site_browser import open_page
+
+from named_transformer.workflows.tasks import date_formats
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "docs" / "scripts" / "live_models.py"
+MODELS = ("copy", "reverse", "sort", "dates", "sentiment", "basic", "minilm")
+WIDTHS = ((390, 844), (1280, 800), (1600, 900))
+TOLERANCE = 1e-4
+LOAD_MS = 120_000  # MiniLM's graph is 90 MB, read and compiled on two shared cores
+RUN_MS = 60_000
+
+
+@functools.cache
+def live_script():
+    """docs/scripts/live_models.py, imported (it is a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location("live_models", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["live_models"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def reference(name: str):
+    return live_script().reference(name)
+
+
+def sidecar(site: Path, name: str) -> dict[str, Any]:
+    path = site / "assets" / "live" / "models" / f"{name}.json"
+    assert path.is_file(), f"the built site has no {path.relative_to(site)}"
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("NT_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("live-screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def widget_pages(site_dir: Path) -> dict[str, str]:
+    """Model name -> the first page (site-relative URL) whose markup shows its
+    widget."""
+    found: dict[str, str] = {}
+    for page in sorted(site_dir.rglob("index.html")):
+        for name in re.findall(r'class="nt-live"[^>]*data-model="([^"]+)"',
+                               page.read_text()):  # fmt: skip
+            url = page.parent.relative_to(site_dir).as_posix()
+            found.setdefault(name, "" if url == "." else url + "/")
+    return found
+
+
+class Widget:
+    """A page showing the widget of one model, and how to drive it."""
+
+    def __init__(self, page, name: str, external: list[str], errors: list[str]):
+        self.page, self.name = page, name
+        self.external, self.errors = external, errors
+        self.root = page.locator(f'.nt-live[data-model="{name}"]').first
+
+    def wait_ready(self) -> None:
+        self.root.scroll_into_view_if_needed()
+        self.root.evaluate(
+            """(e, ms) => new Promise((done, fail) => {
+                 const t0 = Date.now();
+                 (function poll() {
+                   if (e.dataset.state === "error" || Number(e.dataset.runs || 0) >= 1)
+                     done();
+                   else if (Date.now() - t0 > ms) fail(new Error("widget never ran"));
+                   else setTimeout(poll, 50);
+                 })();
+               })""",
+            LOAD_MS,
+        )
+        live = self.live()
+        assert live["state"] == "ready", f"{self.name}: {live['message']}"
+
+    def live(self) -> dict[str, Any]:
+        """ntLive without the weights (read apart: MiniLM's are large)."""
+        return self.root.evaluate(
+            """e => { const out = {};
+                      for (const k of Object.keys(e.ntLive))
+                        if (k !== "weights") out[k] = e.ntLive[k];
+                      return out; }"""
+        )
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Every attention map on the page, as float32 arrays (sent as base64)."""
+        sent = self.root.evaluate(
+            """e => { const out = {};
+                for (const [name, w] of Object.entries(e.ntLive.weights)) {
+                  const bytes = new Uint8Array(Float32Array.from(w.data).buffer);
+                  let text = "";
+                  for (let i = 0; i < bytes.length; i += 0x8000)
+                    text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+                  out[name] = {dims: w.dims, data: btoa(text)};
+                }
+                return out; }"""
+        )
+        return {
+            name: np.frombuffer(base64.b64decode(w["data"]), np.float32).reshape(
+                w["dims"]
+            )
+            for name, w in sent.items()
+        }
+
+    def type(self, text: str) -> dict[str, Any]:
+        """Put ``text`` in the box (an input event, as typing makes) and wait for the
+        widget to recompute."""
+        before = int(self.root.get_attribute("data-runs") or 0)
+        box = self.root.locator("input.nt-live__input")
+        if box.input_value() == text:
+            box.fill(text + " ")  # the same text fires no event: change it twice
+            self._wait(before)
+            before += 1
+        box.fill(text)
+        self._wait(before)
+        return self.live()
+
+    def toggle_causal(self) -> dict[str, Any]:
+        before = int(self.root.get_attribute("data-runs") or 0)
+        self.root.locator("input[name=causal]").click()
+        self._wait(before)
+        return self.live()
+
+    def _wait(self, before: int) -> None:
+        self.page.wait_for_function(
+            "([e, n]) => Number(e.dataset.runs || 0) > n"
+            " || e.dataset.state === 'error'",
+            arg=[self.root.element_handle(), before],
+            timeout=RUN_MS,
+        )
+
+    def shot(self, folder: Path, state: str, width: int) -> Path:
+        path = folder / f"{self.name}-{state}-{width}.png"
+        # Material's header stays on top of the page: hidden, it hides no widget title
+        self.page.add_style_tag(content=".md-header { visibility: hidden; }")
+        self.root.screenshot(path=str(path))
+        print(f"screenshot: {path}")
+        return path
+
+
+def open_widget(context, server: str, pages: dict[str, str], name: str, text=None):
+    """The page with ``name``'s widget (the home page with one added when no page has
+    it yet), loaded and computed once."""
+    external: list[str] = []
+    errors: list[str] = []
+    page = open_page(context, external, errors)
+    page.goto(server + pages.get(name, ""), wait_until="load")
+    if name not in pages:
+        page.evaluate(
+            """([name, text]) => {
+                 const div = document.createElement("div");
+                 div.className = "nt-live";
+                 div.dataset.model = name;
+                 if (text !== null) div.dataset.text = text;
+                 document.querySelector("article").prepend(div);
+                 const url = new URL("/javascripts/live/widget.js", location.href);
+                 return import(url.href)
+                   .then((m) => { m.mount(div); });
+               }""",
+            [name, text],
+        )
+    widget = Widget(page, name, external, errors)
+    widget.wait_ready()
+    return widget
+
+
+# --- what Python says ---------------------------------------------------------------
+
+
+def cut_ids(ids: dict[str, list[int]], spec: dict[str, Any]) -> dict[str, list[int]]:
+    """Python's ids cut the way the widget cuts them: the source to ``max_length``
+    (WordPiece keeps its final [SEP]; a decoder-only model's ``<bos>`` follows)."""
+    most, reads = spec.get("max_length"), spec["tokenizer"]["reads"]
+    name = "source" if spec["kind"] == "encoder-decoder" else "tokens"
+    source = list(ids[name])
+    tail = [source.pop()] if spec["kind"] == "decoder-only" else []
+    if most and len(source) > most:
+        source = (
+            [*source[: most - 1], source[-1]]
+            if reads == "wordpiece"
+            else (source[:most])
+        )
+    return {name: source + tail}
+
+
+def python_outputs(name: str, spec: dict[str, Any], ids: dict[str, list[int]],
+                   causal: bool) -> dict[str, np.ndarray]:  # fmt: skip
+    """The PyTorch module's outputs, by the graph's output names, on the page's ids."""
+    inputs = []
+    for entry in spec["inputs"]:
+        if entry["axes"]:
+            inputs.append(torch.tensor([ids[entry["name"]]], dtype=torch.long))
+        else:
+            inputs.append(torch.tensor(causal))
+    with torch.no_grad():
+        outputs = reference(name).module(*inputs)
+    names = [o["name"] for o in spec["outputs"]]
+    return {n: o.float().numpy() for n, o in zip(names, outputs, strict=True)}
+
+
+def cut_text(text: str, spec: dict[str, Any]) -> str:
+    """The text the widget actually reads when ``text`` is too long, for Python's
+    ``predict`` (which does not cut)."""
+    most, tokenizer = spec.get("max_length"), spec["tokenizer"]
+    reads, sep = tokenizer["reads"], tokenizer.get("sep", "")
+    if reads == "digits":
+        return "".join([c for c in text if c.isdigit()][:most])
+    if reads == "characters":
+        return text.strip()[:most]
+    if reads == "words":
+        return sep.join(re.findall(tokenizer["pattern"], text.lower())[:most])
+    return text
+
+
+def compare(widget: Widget, live: dict, name: str, spec: dict, text: str,
+            causal: bool = False) -> float:  # fmt: skip
+    """Assert the page agrees with Python on ``text``; return the largest difference
+    of an attention weight."""
+    ref = reference(name)
+    assert live["message"] == "", f"{name}: {text!r}: {live['message']}"
+    expected = cut_ids(ref.tokenize(text), spec)
+    for input_name, ids in expected.items():
+        got = live["ids"][input_name]
+        assert got[: len(ids)] == ids, f"{name}: {text!r}: ids {got} != {ids}"
+        if spec["kind"] != "decoder-only":
+            assert len(got) == len(ids), f"{name}: {text!r}: ids {got} != {ids}"
+    outputs = python_outputs(name, spec, live["ids"], causal)
+    weights = widget.weights()
+    assert set(weights) == {a["output"] for a in spec["attention"]}
+    worst = 0.0
+    for entry in spec["attention"]:
+        page, torch_ = weights[entry["output"]], outputs[entry["output"]]
+        assert page.shape == torch_.shape, (entry["output"], page.shape, torch_.shape)
+        worst = max(worst, float(np.abs(page - torch_).max()))
+        queries, keys = live["queries"][entry["output"]], live["keys"][entry["output"]]
+        assert (len(queries), len(keys)) == page.shape[-2:], entry["output"]
+    assert worst <= TOLERANCE, f"{name}: {text!r}: weights differ by {worst:.2e}"
+    output = spec["outputs"][0]["name"]
+    if spec.get("output") == "embedding":
+        vector = np.asarray(live["vector"], np.float32)
+        difference = float(np.abs(vector - outputs[output][0]).max())
+        assert difference <= TOLERANCE, f"{name}: embedding differs by {difference}"
+    elif spec.get("output") == "label":
+        answer = ref.predict(cut_text(text, spec) if live["note"] else text)
+        assert live["output"] == answer, (
+            f"{name}: {text!r}: {live['output']!r} != {answer!r}"
+        )
+    elif spec.get("output") == "tokens":
+        # Python decodes up to len(source) + 12 tokens, the page up to the sidecar's
+        # max_steps: where the model never says <eos>, only that many can agree.
+        answer = ref.predict(cut_text(text, spec) if live["note"] else text)
+        steps, sep = spec["max_steps"], spec["tokenizer"].get("sep", "")
+        tokens = answer.split(sep) if sep else list(answer)
+        if len(tokens) > steps:
+            answer = sep.join(tokens[:steps])
+        assert live["output"] == answer, (
+            f"{name}: {text!r}: {live['output']!r} != {answer!r}"
+        )
+    if spec.get("output") == "label":
+        log_probs = outputs[output][0]
+        assert math.isclose(
+            live["probability"], math.exp(log_probs.max()), abs_tol=1e-4
+        )
+    return worst
+
+
+# --- inputs the test chooses ---------------------------------------------------------
+
+
+def inputs_for(spec: dict[str, Any]) -> dict[str, str]:
+    """state -> text: the example, the longest allowed, one beyond it, non-ASCII and
+    invalid text."""
+    tokenizer, most = spec["tokenizer"], spec["max_length"]
+    reads = tokenizer["reads"]
+    example = spec.get("example") or "the cat sat on the mat"
+    if reads == "digits":
+        digits = "".join(str((7 * i + 3) % 10) for i in range(most + 3))
+        return {"example": example, "longest": " ".join(digits[:most]),
+                "beyond": digits, "non-ascii": "12٣4", "invalid": "12x4?"}  # fmt: skip
+    if reads == "characters":  # dates: the longest way the task writes a date
+        vocabulary = set(tokenizer["vocabulary"])
+        longest = max((f(datetime.date(2021, 9, 22)) for f in date_formats().values()),
+                      key=len)[:most]  # fmt: skip
+        bad = next(c for c in "#@!?%&*" if c not in vocabulary)
+        umlaut = next(c for c in "äéøñü" if c not in vocabulary)
+        return {"example": example, "longest": longest,
+                "beyond": longest + " 2021" * (most // 5 + 1),
+                "non-ascii": f"12 M{umlaut}rz 2021",
+                "invalid": f"12{bad}03"}  # fmt: skip
+    if reads == "words":
+        specials = {tokenizer[k] for k in ("pad", "bos", "eos", "unk")}
+        known = [w for i, w in enumerate(tokenizer["vocabulary"]) if i not in specials
+                 and re.fullmatch(tokenizer["pattern"], w)]  # fmt: skip
+        words = [known[i % len(known)] for i in range(most + 4)]
+        return {"example": example, "longest": " ".join(words[:most]),
+                "beyond": " ".join(words), "non-ascii": "the acting was géniale",
+                "invalid": "the acting was xyzzy"}  # fmt: skip
+    # WordPiece: "good" is one piece; [CLS] and [SEP] make two more
+    return {"example": example, "longest": " ".join(["good"] * (most - 2)),
+            "beyond": " ".join(["good"] * (most + 8)),
+            "non-ascii": "Zürich café — 東京の猫",
+            "invalid": "   "}  # fmt: skip
+
+
+def expect_problem(live: dict, state: str, text: str, spec: dict) -> None:
+    """Invalid input: a sentence naming what is wrong, and no maps."""
+    assert live["message"], f"{spec['name']}: {text!r} ({state}) gave no message"
+    assert live["ids"] == {} and live["output"] == "", live
+    reads = spec["tokenizer"]["reads"]
+    if reads == "digits":
+        bad = {c for c in text if not c.isspace() and c not in "0123456789"}
+        assert all(f"“{c}”" in live["message"] for c in bad), live["message"]
+        assert "digits" in live["message"]
+    elif reads == "characters":
+        vocabulary = set(spec["tokenizer"]["vocabulary"])
+        bad = {c for c in text.strip() if c not in vocabulary}
+        assert bad and all(f"“{c}”" in live["message"] for c in bad), live["message"]
+    elif reads == "words":
+        assert "not" in live["message"] and "words" in live["message"], live["message"]
+    else:
+        assert live["message"].startswith("Type"), live["message"]
+
+
+# --- the tests -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def contexts(browser):
+    """Desktop and phone contexts; downloads allowed (the save buttons)."""
+    made = {}
+    for width, height in WIDTHS:
+        phone = width < 500
+        made[width] = browser.new_context(
+            service_workers="block", viewport={"width": width, "height": height},
+            is_mobile=phone, has_touch=phone, accept_downloads=True,
+        )  # fmt: skip
+    yield made
+    for context in made.values():
+        context.close()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_widget_agrees_with_python(name, server, site_dir, widget_pages, contexts,
+                                   shots) -> None:  # fmt: skip
+    spec = sidecar(site_dir, name)
+    texts = inputs_for(spec)
+    widget = open_widget(contexts[1280], server, widget_pages, name, texts["example"])
+    report = []
+    try:
+        for state, text in texts.items():
+            live = widget.type(text)
+            problem = live["message"] != ""
+            if state in ("invalid",) or (problem and state == "non-ascii"):
+                expect_problem(live, state, text, spec)
+                report.append(f"{state}: message {live['message']!r}")
+            else:
+                worst = compare(widget, live, name, spec, text)
+                longest = len(live["ids"].get("source", live["ids"].get("tokens", [])))
+                report.append(f"{state}: {longest} ids, max |Δweight| {worst:.1e}, "
+                              f"{live['computeMs']:.0f} ms")  # fmt: skip
+                if state == "beyond":
+                    assert live["note"] and str(spec["max_length"]) in live["note"]
+                else:
+                    assert live["note"] == "", live["note"]
+            widget.shot(shots, state, 1280)
+        if spec.get("causal"):
+            widget.type(texts["example"])
+            live = widget.toggle_causal()
+            worst = compare(widget, live, name, spec, texts["example"], causal=True)
+            for weights in widget.weights().values():
+                upper = np.triu(np.ones(weights.shape[-2:], bool), k=1)
+                assert np.all(weights[..., upper] == 0), "causal maps see the future"
+            report.append(f"causal: max |Δweight| {worst:.1e}")
+            widget.shot(shots, "causal", 1280)
+    finally:
+        widget.page.close()
+    print(f"{name}: " + "; ".join(report))
+    assert not widget.external, f"requests left the site: {widget.external}"
+    assert not widget.errors, f"console errors: {widget.errors}"
+
+
+FITS_JS = """(e) => {
+  const root = document.documentElement;
+  const article = (document.querySelector("article") || document.body)
+    .getBoundingClientRect();
+  const box = e.getBoundingClientRect();
+  return {page: root.scrollWidth, client: root.clientWidth, widget: e.scrollWidth,
+          widgetClient: e.clientWidth, left: box.left, right: box.right,
+          articleLeft: article.left, articleRight: article.right,
+          canvas: e.querySelector("canvas") !== null};
+}"""
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_widget_fits_and_reads_a_cell(name, server, site_dir, widget_pages, contexts,
+                                      shots) -> None:  # fmt: skip
+    """No horizontal overflow at 390, 1280 and 1600 px; hovering (desktop) or tapping
+    (phone) a cell reads its weight and tokens."""
+    spec = sidecar(site_dir, name)
+    text = inputs_for(spec)["example"]
+    for width, _ in WIDTHS:
+        widget = open_widget(contexts[width], server, widget_pages, name, text)
+        try:
+            message = widget.live()["message"]
+            assert message == "", f"{name}: the example {text!r} gives {message!r}"
+            fit = widget.root.evaluate(FITS_JS)
+            canvas = widget.root.locator("canvas").first
+            assert canvas.bounding_box() is not None, f"{name} at {width} px: no map"
+            # the middle cell of the first map (data-grid: where its cells are)
+            grid = json.loads(canvas.get_attribute("data-grid"))
+            x = grid["x"] + grid["cell"] * (grid["cols"] // 2 + 0.5)
+            spot = {"x": x, "y": grid["y"] + grid["cell"] * (grid["rows"] // 2 + 0.5)}
+            if width < 500:
+                canvas.tap(position=spot)
+            else:
+                canvas.hover(position=spot)
+            readout = widget.root.locator(".nt-live__readout").inner_text()
+            widget.shot(shots, "example", width)
+        finally:
+            widget.page.close()
+        assert fit["page"] <= fit["client"] + 1, f"{name} at {width} px: page {fit}"
+        assert fit["widget"] <= fit["widgetClient"] + 1, f"{name} at {width} px: {fit}"
+        assert fit["left"] >= fit["articleLeft"] - 1, f"{name} at {width} px: {fit}"
+        assert fit["right"] <= fit["articleRight"] + 1, f"{name} at {width} px: {fit}"
+        assert re.search(
+            r"query “.*” \(seq_q \d+\) → key “.*” \(seq \d+\): weight "
+            r"[01]\.\d{4}",
+            readout,
+        ), f"{name} at {width} px: {readout!r}"
+        assert not widget.external, f"requests left the site: {widget.external}"
+        assert not widget.errors, f"console errors: {widget.errors}"
+
+
+def test_save_buttons_write_png_and_svg(server, site_dir, widget_pages, contexts):
+    name = "dates"
+    spec = sidecar(site_dir, name)
+    widget = open_widget(contexts[1280], server, widget_pages, name, spec["example"])
+    try:
+        saved = {}
+        for kind in ("PNG", "SVG"):
+            with widget.page.expect_download() as download:
+                widget.root.get_by_role("button", name=f"Save as {kind}").click()
+            saved[kind] = (download.value.suggested_filename,
+                           Path(download.value.path()).read_bytes())  # fmt: skip
+        canvas = widget.root.locator("canvas").first
+        grid = json.loads(canvas.get_attribute("data-grid"))
+    finally:
+        widget.page.close()
+    assert saved["PNG"][0].endswith(".png") and saved["PNG"][1][:4] == b"\x89PNG"
+    svg = ET.fromstring(saved["SVG"][1])
+    cells = svg.findall(
+        "{http://www.w3.org/2000/svg}rect/{http://www.w3.org/2000/svg}title"
+    )
+    # one titled rect per weight of each map on show (one, or one per head)
+    maps = len(cells) // (grid["rows"] * grid["cols"])
+    assert maps >= 1 and len(cells) == maps * grid["rows"] * grid["cols"], grid
+    assert all(0 <= float(c.text) <= 1 for c in cells)
+
+
+def test_a_missing_model_says_which_file(server, contexts) -> None:
+    """A widget whose model is not on the site says so, naming the file."""
+    external: list[str] = []
+    errors: list[str] = []
+    page = open_page(contexts[1280], external, errors)
+    try:
+        page.goto(server, wait_until="load")
+        live = page.evaluate(
+            """() => {
+                 const div = document.createElement("div");
+                 div.className = "nt-live";
+                 div.dataset.model = "no-such-model";
+                 document.querySelector("article").prepend(div);
+                 const url = new URL("/javascripts/live/widget.js", location.href);
+                 return import(url.href)
+                   .then((m) => m.mount(div)).then(() => ({
+                     state: div.dataset.state, message: div.ntLive.message,
+                     shown: div.textContent}));
+               }"""
+        )
+    finally:
+        page.close()
+    assert live["state"] == "error", live
+    assert "no-such-model.json" in live["message"] and "404" in live["message"], live
+    assert live["message"] in live["shown"]
+    assert not external

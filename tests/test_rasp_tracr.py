@@ -1,0 +1,109 @@
+"""RASP three ways: the library's compiler, Tracr's own model, and Tracr's weights
+loaded by ``from_tracr`` give the same outputs on every input up to length 5 over 3
+tokens; ``from_tracr``'s residual stream equals Tracr's after every layer."""
+
+import itertools
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from tracr.rasp import rasp
+
+from named_transformer.rasp import PROGRAMS, evaluate
+from named_transformer.rasp.compiler import compile_program
+from named_transformer.rasp.tracr import compile_with_tracr, from_tracr, to_tracr
+
+MAX_LENGTH = 5
+TRACR = [name for name in PROGRAMS if name != "dyck1"]  # see the last test
+
+
+def _inputs(name, length):
+    example = PROGRAMS[name]
+    found = [list(x) for x in itertools.product(example.vocabulary[:3], repeat=length)]
+    if example.unique_tokens:  # sort_unique's precondition
+        found = [x for x in found if len(set(x)) == len(x)]
+    return found
+
+
+@pytest.fixture(scope="module")
+def tracr_models():
+    return {
+        name: compile_with_tracr(PROGRAMS[name].program,
+                                 PROGRAMS[name].vocabulary[:3], MAX_LENGTH)
+        for name in TRACR
+    }  # fmt: skip
+
+
+def _tracr_forward(compiled, inputs):
+    """Tracr's own forward pass (what ``apply`` runs), a batch of one length."""
+    ids = [compiled.input_encoder.encode(["BOS", *x]) for x in inputs]
+    out = compiled.forward(compiled.params, jnp.array(ids))
+    decoded = [compiled.output_encoder.decode(row.tolist()[1:])
+               for row in np.asarray(out.unembedded_output)]  # fmt: skip
+    return decoded, [np.asarray(r) for r in out.transformer_output.residuals]
+
+
+@pytest.mark.parametrize("name", TRACR)
+def test_the_three_ways_give_the_same_outputs_on_every_input(name, tracr_models):
+    example, compiled = PROGRAMS[name], tracr_models[name]
+    ours = compile_program(example.program, example.vocabulary[:3], MAX_LENGTH)
+    loaded = from_tracr(compiled)
+    checked = 0
+    for length in range(1, MAX_LENGTH + 1):
+        inputs = _inputs(name, length)
+        if not inputs:
+            continue
+        expected = [evaluate(example.program, x) for x in inputs]
+        assert ours.run_batch(inputs) == expected
+        assert loaded.run_batch(inputs) == expected
+        assert _tracr_forward(compiled, inputs)[0] == expected
+        checked += len(inputs)
+    assert checked == (15 if example.unique_tokens else 363)
+
+
+@pytest.mark.parametrize("name", TRACR)
+def test_apply_is_the_batched_forward(name, tracr_models):
+    compiled = tracr_models[name]
+    for x in _inputs(name, 3)[:4]:
+        assert (
+            compiled.apply(["BOS", *x]).decoded[1:]
+            == _tracr_forward(compiled, [x])[0][0]
+        )
+
+
+@pytest.mark.parametrize("name", TRACR)
+def test_from_tracr_has_tracrs_residual_stream_after_every_layer(name, tracr_models):
+    compiled = tracr_models[name]
+    loaded = from_tracr(compiled)
+    assert loaded.labels == compiled.residual_labels
+    inputs = _inputs(name, MAX_LENGTH) or _inputs(name, 3)
+    residuals, _ = loaded(loaded.encode(inputs))
+    _, theirs = _tracr_forward(compiled, inputs)
+    assert len(residuals) == len(theirs) + 1  # ours also returns the embedding
+    worst = max(
+        (ours - torch.from_numpy(t)).abs().max().item()
+        for ours, t in zip(residuals[1:], theirs, strict=True)
+    )
+    assert worst < 1e-5
+
+
+@pytest.mark.parametrize("name", TRACR)
+def test_the_interpreter_agrees_with_tracrs(name):
+    program = to_tracr(PROGRAMS[name].program)
+    for x in _inputs(name, 4):
+        assert rasp.evaluate(program, x) == evaluate(PROGRAMS[name].program, x)
+
+
+def test_tracr_cannot_compile_a_mean_of_a_non_binary_variable():
+    """The library's compiler averages any numerical s-op with a finite value set;
+    Tracr only 0/1 ones, so the Dyck-1 program (a mean of -1, 0, 1) is ours alone."""
+    with pytest.raises(NotImplementedError, match="only average binary"):
+        compile_with_tracr(PROGRAMS["dyck1"].program, list("()a"), MAX_LENGTH)
+
+
+def test_from_tracr_without_tracr_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tracr.rasp", None)
+    with pytest.raises(ImportError, match=r"pip install 'named_transformer\[rasp\]'"):
+        from_tracr(object())
