@@ -55,6 +55,7 @@ from named_transformer.decoding import (
     Decoded,
     IncrementalDecoder,
     beam_search,
+    cached_self_attention,
     greedy,
     length_penalty,
     sample,
@@ -285,5 +286,6 @@ __all__ = [
     "export_onnx",
     "run_onnx",
     "from_tracr",
+    "cached_self_attention",
 ]
 __version__ = "0.4.0"

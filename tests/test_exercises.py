@@ -264,6 +264,50 @@ def _(heads_out, w_o, b_o=None):
     return out if b_o is None else out + b_o
 
 
+def _step(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o, mask_of):
+    """A cached step whose mask comes from ``mask_of(new, seen)``."""
+    queries, keys, values = (rearrange(inputs, "... s l -> ... 1 s l") @ w
+                             for w in (w_q, w_k, w_v))  # fmt: skip
+    all_keys = torch.cat([cached_keys, keys], -2)
+    all_values = torch.cat([cached_values, values], -2)
+    mask = mask_of(inputs.shape[-2], cached_keys.shape[-2])
+    weights = _masked_softmax(_scaled(queries, all_keys), mask)
+    merged = rearrange(weights @ all_values, "... h s v -> ... s (h v)")
+    return merged @ rearrange(w_o, "h v l -> (h v) l"), keys, values
+
+
+@wrong("cached_self_attention", "no causal mask: new positions see later new ones",
+       "for 3 new positions after a cache of 2")  # fmt: skip
+def _(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o):
+    return _step(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o,
+                 lambda new, seen: None)  # fmt: skip
+
+
+@wrong("cached_self_attention", "the causal mask without the cache's offset",
+       "causal self-attention recomputed over the whole prefix")  # fmt: skip
+def _(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o):
+    def no_offset(new, seen):
+        return torch.ones(new, seen + new).tril().bool()
+
+    return _step(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o, no_offset)
+
+
+@wrong("cached_self_attention", "the cache ignored: only the new keys attended",
+       "when 5 tokens are decoded one at a time")  # fmt: skip
+def _(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o):
+    outputs, keys, values = _step(
+        inputs,
+        cached_keys[..., :0, :],
+        cached_values[..., :0, :],
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        lambda new, seen: torch.ones(new, new).tril().bool(),
+    )
+    return outputs, keys, values
+
+
 @wrong("multihead_attention", "scaled by √|layer|, not √|key| of a head",
        "differs from the heads' attention merged by W^O")  # fmt: skip
 def _(inputs, memory, w_q, w_k, w_v, w_o, mask=None, b_q=None, b_k=None, b_v=None,

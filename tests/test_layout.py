@@ -134,7 +134,7 @@ ADDED_IN_0_3_0 = [
     "attend_grouped_heads", "grouped_query_attention", "RotaryMultiHeadAttention",
     "rotary_multihead_attention", "rotate_heads", "blockwise_attention",
 ]  # fmt: skip
-ADDED_IN_0_4_0 = ["export_onnx", "run_onnx", "from_tracr"]
+ADDED_IN_0_4_0 = ["export_onnx", "run_onnx", "from_tracr", "cached_self_attention"]
 
 
 def test_the_public_api_is_what_it_was_plus_what_each_version_added():

@@ -10,12 +10,14 @@ from named_transformer.decoding.search import (
     sample,
     strip_after_eos,
 )
+from named_transformer.decoding.step import cached_self_attention
 
 __all__ = [
     "CompiledDecoder",
     "Decoded",
     "IncrementalDecoder",
     "beam_search",
+    "cached_self_attention",
     "greedy",
     "length_penalty",
     "sample",

@@ -540,6 +540,69 @@ def multihead_attention_wrong_shape(impl: Check) -> None:
              "W^K reading 6 features from a memory 7 wide")  # fmt: skip
 
 
+# --- the cached decoding step -------------------------------------------------------
+def _step_weights() -> list[Tensor]:
+    heads, layer, key, val = 2, 6, 3, 5
+    shapes = [(heads, layer, key), (heads, layer, key), (heads, layer, val),
+              (heads, val, layer)]  # fmt: skip
+    return [_randn(*shape, seed=60 + n) for n, shape in enumerate(shapes)]
+
+
+def _recomputed(inputs: Tensor, weights: list[Tensor]) -> Tensor:
+    """Causal self-attention over the whole prefix, recomputed: the cache's target."""
+    seq = inputs.shape[-2]
+    return _reference_multihead(inputs, inputs, *weights, _causal(seq, seq))[0]
+
+
+def _triple(mine: Any) -> tuple[Tensor, Tensor, Tensor]:
+    if not isinstance(mine, tuple) or len(mine) != 3:
+        raise AssertionError(
+            f"returns {type(mine).__name__}, not (outputs, new keys, new values)"
+        )
+    return mine
+
+
+def cached_self_attention_token_by_token(impl: Check) -> None:
+    """One token at a time from an empty cache, appending each step's keys and
+    values: the rows of causal self-attention recomputed over the whole prefix."""
+    inputs, weights = _randn(2, 5, 6, seed=64), _step_weights()
+    keys, values = _randn(2, 2, 0, 3), _randn(2, 2, 0, 5)
+    rows = []
+    for j in range(inputs.shape[-2]):
+        out, new_keys, new_values = _triple(impl(inputs[:, j : j + 1], keys, values,
+                                                 *weights))  # fmt: skip
+        rows.append(out)
+        keys = torch.cat([keys, new_keys], -2)  # allow-raw: the caller's cache
+        values = torch.cat([values, new_values], -2)  # allow-raw: the caller's cache
+    _close(torch.cat(rows, -2), _recomputed(inputs, weights),  # allow-raw: the rows
+           "causal self-attention recomputed over the whole prefix",
+           "when 5 tokens are decoded one at a time from an empty cache")  # fmt: skip
+
+
+def cached_self_attention_several_new(impl: Check) -> None:
+    """Three new positions after a cache of two: the causal mask sits at offset 2, so
+    a new position does not see the new positions after it."""
+    inputs, weights = _randn(2, 5, 6, seed=65), _step_weights()
+    w_k, w_v = weights[1], weights[2]
+    cached, new = inputs[:, :2], inputs[:, 2:]
+    out, new_keys, new_values = _triple(
+        impl(new, _heads(cached, w_k), _heads(cached, w_v), *weights)
+    )
+    _close(new_keys, _heads(new, w_k), "the new positions' keys W^K·X")
+    _close(new_values, _heads(new, w_v), "the new positions' values W^V·X")
+    _close(out, _recomputed(inputs, weights)[:, 2:],
+           "causal self-attention recomputed over the whole prefix",
+           "for 3 new positions after a cache of 2 "
+           "(the causal mask at offset 2)")  # fmt: skip
+
+
+def cached_self_attention_wrong_shape(impl: Check) -> None:
+    """A cache of 3 heads for weights of 2 is a shape error naming heads."""
+    _rejects(lambda: impl(_randn(2, 1, 6), _randn(2, 3, 2, 3), _randn(2, 3, 2, 5),
+                          *_step_weights()),
+             "a cache of 3 heads for weights of 2")  # fmt: skip
+
+
 # --- layer norm, feed-forward -------------------------------------------------------
 def _standardized(inputs: Tensor, eps: float) -> Tensor:
     mean = inputs.mean(-1, keepdim=True)
@@ -866,6 +929,9 @@ CHECKS: dict[str, tuple[Check, ...]] = {
     "multihead_attention": _checks(multihead_self_attention_causal,
                                    multihead_cross_attention_padding,
                                    multihead_attention_wrong_shape),
+    "cached_self_attention": _checks(cached_self_attention_token_by_token,
+                                     cached_self_attention_several_new,
+                                     cached_self_attention_wrong_shape),
     "relative_attention_weights": _checks(relative_attention_weights_match_equation,
                                           relative_attention_weights_wrong_shape),
     "EncoderLayer": _checks(encoder_layer_post_norm_matches_torch,

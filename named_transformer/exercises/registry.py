@@ -67,6 +67,8 @@ PAGES: dict[str, tuple[str, str]] = {
     "models/encoder-decoder.md": ("encoder_decoder.py",
                                   "The encoder-decoder Transformer"),
     "models/bahdanau.md": ("bahdanau.py", "Attention in seq2seq (Bahdanau)"),
+    "workflows/decoding.md": ("decoding.py", "Decode: greedy, beam search, "
+                              "sampling, and the key/value cache"),
 }  # fmt: skip
 """Each page's learner file and title, in the order of the site."""
 
@@ -126,6 +128,9 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("bahdanau_attention", f"{_MODELS}.seq2seq", "models/bahdanau.md",
                  "the-decoder-a-context-per-output-position",
                  "The decoder: a context per output position"),
+        Exercise("cached_self_attention", "named_transformer.decoding.step",
+                 "workflows/decoding.md", "the-keyvalue-cache",
+                 "The key/value cache"),
     ]
 }  # fmt: skip
 """Every exercise by name, in the order of the pages."""
