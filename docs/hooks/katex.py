@@ -10,16 +10,12 @@ renders the math. No request leaves the site when a page is read.
 
 from __future__ import annotations
 
-import logging
-import shutil
-import subprocess
 from pathlib import Path
 
-from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
+from npm_install import npm_install
 
 KATEX_SPEC = "katex@0.16"
-log = logging.getLogger("mkdocs.hooks.katex")
 _dist: Path | None = None
 
 
@@ -30,32 +26,10 @@ def katex_dist(project_root: Path) -> Path:
     dist = prefix / "node_modules" / "katex" / "dist"
     if (dist / "katex.min.js").is_file() and (dist / "fonts").is_dir():
         return dist
-    npm = shutil.which("npm")
-    if npm is None:
-        raise PluginError(
-            "KaTeX is installed at build time from the npm registry, "
-            "but `npm` is not on PATH. "
-            "Install Node.js and npm (Debian: `apt-get install nodejs npm`), "
-            "then build again."
-        )
-    log.info("Installing %s into %s", KATEX_SPEC, prefix)
-    prefix.mkdir(parents=True, exist_ok=True)
-    command = [
-        npm,
-        "install",
-        "--no-save",
-        "--no-audit",
-        "--no-fund",
-        "--prefix",
-        str(prefix),
-        KATEX_SPEC,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not (dist / "katex.min.js").is_file():
-        raise PluginError(
-            f"`{' '.join(command)}` failed (exit {done.returncode}):\n"
-            f"{done.stdout}\n{done.stderr}"
-        )
+    npm_install(
+        prefix, [KATEX_SPEC], why="KaTeX is",
+        installed=lambda: (dist / "katex.min.js").is_file(),
+    )  # fmt: skip
     return dist
 
 

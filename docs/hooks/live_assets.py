@@ -13,13 +13,10 @@ Nothing is fetched from another host when a page runs.
 from __future__ import annotations
 
 import json
-import logging
-import shutil
-import subprocess
 from pathlib import Path
 
-from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
+from npm_install import npm_install
 
 # Exact versions: the widgets call these APIs, and a new onnxruntime-web may rename
 # its WebAssembly files.
@@ -37,7 +34,6 @@ WANTED = {
     ),
     "@huggingface/tokenizers": ("tokenizers", ["dist/tokenizers.min.mjs", "LICENSE"]),
 }
-log = logging.getLogger("mkdocs.hooks.live_assets")
 _modules: Path | None = None
 
 
@@ -61,34 +57,13 @@ def live_modules(project_root: Path) -> Path:
     modules = prefix / "node_modules"
     if _installed(modules):
         return modules
-    npm = shutil.which("npm")
-    if npm is None:
-        raise PluginError(
-            "The live attention widgets need onnxruntime-web and "
-            "@huggingface/tokenizers, installed at build time from the npm registry, "
-            "but `npm` is not on PATH. Install Node.js and npm (Debian: "
-            "`apt-get install nodejs npm`), then build again."
-        )
-    specs = [f"{name}@{version}" for name, version in PACKAGES.items()]
-    log.info("Installing %s into %s", " ".join(specs), prefix)
-    prefix.mkdir(parents=True, exist_ok=True)
-    command = [
-        npm,
-        "install",
-        "--no-save",
-        "--no-audit",
-        "--no-fund",
-        "--ignore-scripts",  # only files are copied; no package needs to build
-        "--prefix",
-        str(prefix),
-        *specs,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not _installed(modules):
-        raise PluginError(
-            f"`{' '.join(command)}` failed (exit {done.returncode}) or did not "
-            f"install the files the live widgets load:\n{done.stdout}\n{done.stderr}"
-        )
+    npm_install(
+        prefix, [f"{name}@{version}" for name, version in PACKAGES.items()],
+        why="The live attention widgets need onnxruntime-web and "
+        "@huggingface/tokenizers,",
+        installed=lambda: _installed(modules),
+        ignore_scripts=True,  # only files are copied; no package needs to build
+    )  # fmt: skip
     return modules
 
 
