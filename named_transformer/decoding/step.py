@@ -1,18 +1,9 @@
 r"""One cached decoding step of causal multi-head self-attention, as an equation.
 
 At step $j$ the keys and values of the positions before $j$ are in the cache: the
-causal mask stopped them from changing when later tokens came. The new positions $X$
-(usually one token) are projected once, their keys and values appended to the cache
-along $\mathsf{seq}$, and their queries attend everything so far:
-
-$$K = \big[K_{\text{cache}};\ W^K \ndot{layer} X\big]_{\mathsf{seq}}, \quad
-  V = \big[V_{\text{cache}};\ W^V \ndot{layer} X\big]_{\mathsf{seq}},$$
-
-$$Y = W^O \ndot{heads, val}
-  \text{Attention}\left(W^Q \ndot{layer} X,\ K,\ V,\ M\right),$$
-
-where $M$ is the causal mask whose first query sits at position $c$ = the cache's
-length (``causal_mask(..., offset=c)``). The
+causal mask stopped them from changing when later tokens came. The new positions
+(usually one token) are projected once, their keys and values appended to the cache,
+and their queries attend everything so far. The
 :class:`~named_transformer.decoding.incremental.IncrementalDecoder` does the same
 with a stacked $W_{qkv}$ and buffers with room to spare.
 """
@@ -45,8 +36,19 @@ def cached_self_attention(
     Float[Tensor, "*batch heads seq_q key"],
     Float[Tensor, "*batch heads seq_q val"],
 ]:
-    r"""The new positions' outputs $Y$, and their keys and values (the caller appends
-    them to its cache). An empty cache ($|\mathsf{seq}| = 0$) is the first step."""
+    r"""One step: the new positions $X$ attend the cache and themselves.
+
+    $$K = \big[K_{\text{cache}};\ W^K \ndot{layer} X\big]_{\mathsf{seq}}, \quad
+      V = \big[V_{\text{cache}};\ W^V \ndot{layer} X\big]_{\mathsf{seq}},$$
+
+    $$Y = W^O \ndot{heads, val}
+      \text{Attention}\left(W^Q \ndot{layer} X,\ K,\ V,\ M_c\right),$$
+
+    where $M_c$ is the causal mask whose first query sits at position $c$, the
+    cache's length (``causal_mask(..., offset=c)``). Returns $Y$ and the new
+    positions' keys and values, which the caller appends to its cache. An empty cache
+    ($c = 0$) is the first step.
+    """
     queries = project_heads(inputs, w_q)
     new_keys, new_values = project_heads(inputs, w_k), project_heads(inputs, w_v)
     seen, new = cached_keys.shape[-2], inputs.shape[-2]
