@@ -11,15 +11,16 @@ library's functions (``tests/test_exercises.py``): they are one test code, not t
 References are written independently of the library: PyTorch's own functions where
 there is one (``torch.softmax``, ``scaled_dot_product_attention``, ``layer_norm``,
 ``torch.gru_cell``), otherwise the equation in plain matrix products. Sizes are tiny
-and seeded, and the axes that could be confused have different lengths, so a mix-up
-shows as a wrong number or a shape error rather than passing by accident.
+and seeded, the property checks draw theirs with hypothesis (the same draws on every
+run, a failure shrunk to the smallest sizes), and the axes that could be confused have
+different lengths, so a mix-up shows as a wrong number or a shape error rather than
+passing by accident.
 """
 
 from __future__ import annotations
 
 import math
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,12 +44,28 @@ def _randn(*shape: int, seed: int = 0) -> Tensor:
     return torch.randn(*shape, generator=generator, dtype=DTYPE)
 
 
-def _sizes(count: int = 3, seed: int = 0) -> Iterator[tuple[int, int, int]]:
-    """A few seeded (batch, seq, width) triples, each axis a different length."""
-    draw = random.Random(seed)
-    for _ in range(count):
-        batch, seq, width = draw.sample(range(2, 8), 3)
-        yield batch, seq, width
+def _for_drawn_sizes(prop: Callable[[int, int, int], None]) -> None:
+    """Run ``prop(batch, seq, width)`` on sizes hypothesis draws, each axis a different
+    length from 2 to 9. The draws are the same on every run (derandomised), and a
+    failure is shrunk to the smallest sizes that fail before its message is raised."""
+    from hypothesis import HealthCheck, Verbosity, given, settings
+    from hypothesis import strategies as st
+
+    sizes = st.lists(st.integers(2, 9), min_size=3, max_size=3, unique=True)
+
+    @settings(
+        max_examples=12,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(sizes)
+    def run(drawn: list[int]) -> None:
+        prop(*drawn)
+
+    run()
 
 
 def _shape(tensor: Tensor) -> str:
@@ -146,8 +163,10 @@ def softmax_matches_torch(impl: Check) -> None:
 
 
 def softmax_rows_sum_to_one(impl: Check) -> None:
-    """Each row of the weights is a distribution over seq (a few seeded sizes)."""
-    for batch, seq_q, seq in _sizes(seed=1):
+    """Each row of the weights is a distribution over seq (sizes drawn by
+    hypothesis)."""
+
+    def prop(batch: int, seq_q: int, seq: int) -> None:
         weights = impl(_randn(batch, seq_q, seq, seed=seq))
         sums = weights.sum(-1)
         off = (sums - 1).abs().max().item()
@@ -156,6 +175,8 @@ def softmax_rows_sum_to_one(impl: Check) -> None:
                 f"rows of the weights do not sum to 1 along seq (off by {off:.3g} "
                 f"on scores of shape {(batch, seq_q, seq)})"
             )
+
+    _for_drawn_sizes(prop)
 
 
 def softmax_masked(impl: Check) -> None:
@@ -204,12 +225,15 @@ def basic_self_attention_matches_equation(impl: Check) -> None:
 
 def basic_self_attention_permutation_equivariant(impl: Check) -> None:
     """Permuting the positions permutes the outputs the same way."""
-    for batch, seq, layer in _sizes(seed=6):
+
+    def prop(batch: int, seq: int, layer: int) -> None:
         inputs = _randn(batch, seq, layer, seed=seq)
         order = torch.randperm(seq, generator=torch.Generator().manual_seed(seq))
         _close(impl(inputs[:, order]), impl(inputs)[:, order],
                "the permuted outputs", "after permuting seq: it should be "
                "permutation equivariant")  # fmt: skip
+
+    _for_drawn_sizes(prop)
 
 
 def basic_self_attention_wrong_shape(impl: Check) -> None:
@@ -370,8 +394,9 @@ def attention_weights_match_equation(impl: Check) -> None:
 
 
 def attention_weights_rows_sum_to_one(impl: Check) -> None:
-    """Every row is a distribution over seq (a few seeded sizes)."""
-    for batch, seq_q, seq in _sizes(seed=26):
+    """Every row is a distribution over seq (sizes drawn by hypothesis)."""
+
+    def prop(batch: int, seq_q: int, seq: int) -> None:
         weights = impl(_randn(batch, seq_q, 4, seed=seq), _randn(batch, seq, 4))
         off = (weights.sum(-1) - 1).abs().max().item()
         if not off <= TOLERANCE:
@@ -379,6 +404,8 @@ def attention_weights_rows_sum_to_one(impl: Check) -> None:
                 f"rows of the weights do not sum to 1 along seq (off by {off:.3g} "
                 f"for {seq_q} queries and {seq} keys)"
             )
+
+    _for_drawn_sizes(prop)
 
 
 def attention_weights_causal(impl: Check) -> None:
