@@ -3,6 +3,7 @@ ms); the built site, its loopback server and Chromium, shared by the browser tes
 (tests/test_site_browser.py, tests/test_live_browser.py)."""
 
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -36,6 +37,22 @@ def _seed_and_checks_on():
 # --- browser tests: the site CI built (NT_SITE_DIR) or one built per session ---------
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def live_models_script():
+    """docs/scripts/live_models.py, imported once (a script, not a package module):
+    the live models' PyTorch references for tests/test_onnx.py and
+    tests/test_live_browser.py."""
+    path = ROOT / "docs" / "scripts" / "live_models.py"
+    spec = importlib.util.spec_from_file_location("live_models", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["live_models"] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -25,12 +25,10 @@ from __future__ import annotations
 import base64
 import datetime
 import functools
-import importlib.util
 import json
 import math
 import os
 import re
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -38,12 +36,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import live_models_script
 from test_site_browser import open_page
 
 from named_transformer.workflows.tasks import date_formats
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "docs" / "scripts" / "live_models.py"
 MODELS = ("copy", "reverse", "sort", "dates", "sentiment", "basic", "minilm")
 WIDTHS = ((390, 844), (1280, 800), (1600, 900))
 TOLERANCE = 1e-4
@@ -52,19 +50,8 @@ RUN_MS = 60_000
 
 
 @functools.cache
-def live_script():
-    """docs/scripts/live_models.py, imported (it is a script, not a package module)."""
-    spec = importlib.util.spec_from_file_location("live_models", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["live_models"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-@functools.cache
 def reference(name: str):
-    return live_script().reference(name)
+    return live_models_script().reference(name)
 
 
 def sidecar(site: Path, name: str) -> dict[str, Any]:
@@ -360,7 +347,8 @@ def expect_problem(live: dict, state: str, text: str, spec: dict) -> None:
     elif reads == "characters":
         vocabulary = set(spec["tokenizer"]["vocabulary"])
         bad = {c for c in text.strip() if c not in vocabulary}
-        assert bad and all(f"“{c}”" in live["message"] for c in bad), live["message"]
+        named = all(f"“{c}”" in live["message"] for c in bad)
+        assert bad and named, live["message"]
     elif reads == "words":
         assert "not" in live["message"] and "words" in live["message"], live["message"]
     else:

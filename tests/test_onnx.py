@@ -8,14 +8,13 @@ exported here when no built site is given; each is run on a dozen real inputs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import live_models_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -143,17 +142,7 @@ def test_run_onnx_names_the_inputs_it_needs(exported):
 # ----------------------------------------------------------------- the site's models
 
 
-def _live_module():
-    spec = importlib.util.spec_from_file_location(
-        "live_models", ROOT / "docs" / "scripts" / "live_models.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("live_models", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-LIVE = _live_module()
+LIVE = live_models_script()
 TEXTS = {
     "digits": ["0123456789", "9", "55555", "31415926535897932384", "1 2 3",
                "8080", "70", "123321", "9081726354", "44", "20202020", "5"],

@@ -18,7 +18,8 @@ from pathlib import Path
 from mkdocs.utils import get_relative_url
 
 ROLE = re.compile(
-    r":(?:py:)?(?:func|class|meth|mod|attr|data|obj|exc):<code>~?(?P<name>[\w.]+)</code>"
+    r":(?:py:)?(?:func|class|meth|mod|attr|data|obj|exc):"
+    r"<code>~?(?P<name>[\w.]+)</code>"
 )
 DIRECTIVE = re.compile(
     r"^\s*:::\s+(?P<module>named_transformer[\w.]*)\s*$", re.MULTILINE

@@ -12,6 +12,7 @@ train sort-decoder-only histogram``); without them only the compiled maps are dr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -50,21 +51,27 @@ def compiled_maps() -> list[Path]:
     return written
 
 
-def learned_vs_compiled() -> Path | None:
-    if not SORT_RUN.exists():
-        return None
+def _learned_and_compiled(run_path: Path, task: str, program: Any):
+    """The trained run's greedy answer and attention maps on :data:`SORT_INPUT`, and
+    the compiled program's attention weights on the same digits (BOS first)."""
     from named_transformer.workflows.cli import read_input
     from named_transformer.workflows.runner import attention_maps, load_run
 
-    run = load_run(SORT_RUN)
-    source = read_input("sort", SORT_INPUT, run["vocabulary"], run["data"])
+    run = load_run(run_path)
+    source = read_input(task, SORT_INPUT, run["vocabulary"], run["data"])
     prediction, maps = attention_maps(
         run["model"], run["spec"], run["vocabulary"], source
     )
-    digits = [str(d) for d in range(10)]
-    model = compile_program(make_sort(), digits, 12)
+    model = compile_program(program, [str(d) for d in range(10)], 12)
+    _, weights = model(model.encode([SORT_INPUT.split()]))
+    return prediction, maps, weights
+
+
+def learned_vs_compiled() -> Path | None:
+    if not SORT_RUN.exists():
+        return None
+    prediction, maps, weights = _learned_and_compiled(SORT_RUN, "sort", make_sort())
     tokens = SORT_INPUT.split()
-    _, weights = model(model.encode([tokens]))
     panels = [(title, w) for title, w, *_ in maps]
     figure, axes = plt.subplots(2, 2, figsize=(13, 11))
     title, learned = panels[-1]
@@ -95,18 +102,10 @@ def histogram_learned_vs_compiled() -> Path | None:
     (both read ``BOS digits``; total variation per query, averaged)."""
     if not HISTOGRAM_RUN.exists():
         return None
-    from named_transformer.workflows.cli import read_input
-    from named_transformer.workflows.runner import attention_maps, load_run
-
-    run = load_run(HISTOGRAM_RUN)
-    source = read_input("histogram", SORT_INPUT, run["vocabulary"], run["data"])
-    prediction, maps = attention_maps(
-        run["model"], run["spec"], run["vocabulary"], source
+    prediction, maps, weights = _learned_and_compiled(
+        HISTOGRAM_RUN, "histogram", PROGRAMS["histogram"].program
     )
     tokens = SORT_INPUT.split()
-    model = compile_program(PROGRAMS["histogram"].program, [str(d) for d in range(10)],
-                            12)  # fmt: skip
-    _, weights = model(model.encode([tokens]))
     compiled = weights[0][0, 0].float()
     encoder = [(t, h, w[h]) for t, w, *_ in maps if t.startswith("encoder")
                for h in range(w.shape[0])]  # fmt: skip
