@@ -3,6 +3,7 @@ results script in its quick mode."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -302,3 +303,59 @@ def test_the_default_train_copy_learns_the_task(tmp_path, capsys):
     assert "held-out exact match: 100.0%" in capsys.readouterr().out
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["held_out"] == 1.0 and metrics["steps"] < 4000
+
+
+PACKAGE = Path(cli.__file__).resolve().parents[1]
+
+
+def _imported_modules(module: str) -> set[str]:
+    """The package's modules that ``module``'s source imports, at any depth of its
+    body (module level or inside a function)."""
+    path = PACKAGE.parent / Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            found |= {name for name in [node.module, *names] if _in_package(name)}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if _in_package(alias.name)}
+    return found
+
+
+def _in_package(name: str) -> bool:
+    path = PACKAGE.parent / Path(*name.split("."))
+    return name.startswith("named_transformer") and (
+        path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    )
+
+
+def test_the_cli_and_the_command_modules_do_not_import_each_other():
+    """The command modules may import the CLI (``require``); nothing the CLI imports,
+    directly or through other modules, imports the CLI back."""
+    start = "named_transformer.workflows.cli"
+    reached, todo = set(), [start]
+    while todo:
+        for name in _imported_modules(todo.pop()) - reached:
+            reached.add(name)
+            todo.append(name)
+    assert start not in reached
+    assert not reached & set(cli.COMMAND_MODULES)
+    # and at run time: importing the CLI loads none of them
+    code = (
+        "import sys; from named_transformer.workflows import cli; "
+        "print([m for m in cli.COMMAND_MODULES if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    assert done.stdout.strip() == "[]"
+
+
+def test_command_modules_add_their_subcommands_in_order():
+    text = cli.parser().format_help()
+    listed = re.search(r"\{([a-z,]+)\}", text)[1].split(",")
+    assert listed == ["train", "evaluate", "decode", "exercises", "embed",
+                      "attention", "export", "rasp"]  # fmt: skip
+    before = list(cli.COMMAND_MODULES)
+    cli.register_commands("named_transformer.rasp.commands")  # already there
+    assert cli.COMMAND_MODULES == before

@@ -18,7 +18,9 @@ contrast set). Every command writes an attention-map figure unless ``--no-figure
 (matplotlib, in the ``train`` extra, as is tqdm for the progress bar on a terminal).
 Ctrl-C during training saves a checkpoint that ``--resume`` continues from exactly.
 ``embed`` and ``attention`` run the packaged all-MiniLM-L6-v2 (the ``pretrained``
-extra; :mod:`named_transformer.pretrained.commands`).
+extra; :mod:`named_transformer.pretrained.commands`). The modules of these other
+subcommands are named in :data:`COMMAND_MODULES` and imported when the parser is built
+(:func:`register_commands` adds one), so none of them is imported back by this one.
 Bad input ends in one line on stderr and a non-zero exit. Under
 ``torchrun --nproc_per_node=2`` the training runs data-parallel (gloo, CPU).
 """
@@ -26,6 +28,7 @@ Bad input ends in one line on stderr and a non-zero exit. Under
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -35,18 +38,33 @@ from typing import Any, NoReturn
 import torch
 
 from named_transformer.axes import shape_checks
-from named_transformer.exercises.commands import add_commands as add_exercises
-from named_transformer.pretrained.commands import add_commands
-from named_transformer.rasp.commands import add_commands as add_rasp
 from named_transformer.workflows.data import START, Vocabulary
-from named_transformer.workflows.export import add_commands as add_export
 from named_transformer.workflows.runner import KINDS, PAPER, RECIPES, SIZES
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
 from named_transformer.workflows.training import CheckpointError
 
-__all__ = ["main", "parser"]
+__all__ = ["COMMAND_MODULES", "main", "parser", "register_commands"]
 
 EXTRA = 'pip install "named_transformer[train]"'
+
+# The modules that add subcommands after train, evaluate and decode, in the order
+# --help lists them. Each has ``add_commands(commands, formatter) -> list``, which adds
+# its subcommands and returns those that take --no-shape-checks. They are imported by
+# name when the parser is built, never by this module's imports: a command module may
+# import this one (``require``) without making an import cycle.
+COMMAND_MODULES: list[str] = [
+    "named_transformer.exercises.commands",
+    "named_transformer.pretrained.commands",
+    "named_transformer.workflows.export",
+    "named_transformer.rasp.commands",
+]
+
+
+def register_commands(module: str) -> None:
+    """Add the subcommands of ``module`` (a dotted name, with ``add_commands``) to
+    the command line, after those already registered."""
+    if module not in COMMAND_MODULES:
+        COMMAND_MODULES.append(module)
 
 
 def require(*modules: str) -> None:
@@ -352,9 +370,9 @@ def parser() -> argparse.ArgumentParser:
             help="where to write the attention maps (default: beside the checkpoint)",
         )
         add("--no-figure", action="store_true", help="draw no attention maps")
-    add_exercises(commands, _Help)  # init and check: always shape-checked
-    added = (*add_commands(commands, _Help), *add_export(commands, _Help),
-             *add_rasp(commands, _Help))  # fmt: skip
+    added = []  # exercises adds none: init and check are always shape-checked
+    for module in COMMAND_MODULES:
+        added += importlib.import_module(module).add_commands(commands, _Help)
     for command in (train, evaluate, decode, *added):
         command.add_argument("--no-shape-checks", action="store_true",
                              help="turn runtime shape checks off (faster)")  # fmt: skip
