@@ -4,6 +4,8 @@ post-norm), and greedy, beam search and sampling behave as their definitions say
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -235,3 +237,54 @@ def test_search_functions_and_no_positions_reject_wrong_sizes():
             NoPositions()(torch.ones(3))
     inputs = torch.randn(2, 3, 4)
     assert torch.equal(NoPositions(0.5).eval()(inputs, offset=7), inputs)
+
+
+PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
+
+
+class TableDecoder(IncrementalDecoder):
+    """A fake model: next-token probabilities looked up by the whole prefix, set by
+    hand (tokens not listed: log-probability -30; an unlisted prefix: a or b, even)."""
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]]) -> None:
+        self.table = table  # no model, no cache: every call reads the prefix
+
+    def select(self, rows: torch.Tensor) -> None:
+        pass
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.full((tokens.shape[0], 7), -30.0, dtype=torch.float64)
+        for row, prefix in enumerate(tokens.tolist()):
+            for token, p in self.table.get(tuple(prefix), {A: 0.5, B: 0.5}).items():
+                log_probs[row, token] = math.log(p)
+        return log_probs
+
+
+def test_beam_search_returns_a_finished_hypothesis_over_a_likelier_unfinished_one():
+    """Row 1: [eos] (p 0.4) stays in the beam beside [a a a] (p 0.486, unfinished at
+    max_len): [eos] wins. Row 2: [eos] (p 0.1) falls out of the beam at step 2 and
+    nothing else finishes: it still wins. Row 3: nothing finishes: the best beam."""
+    first, second, third = 1, 5, 6  # a start token per row, selecting its table
+    table = {
+        (first,): {A: 0.6, EOS: 0.4}, (first, A): {A: 0.9, B: 0.1},
+        (first, A, A): {A: 0.9, B: 0.1},
+        (second,): {A: 0.9, EOS: 0.1}, (second, A, A): {A: 0.95, EOS: 0.05},
+        (second, A, B): {B: 0.95, EOS: 0.05},
+        (third,): {A: 0.7, B: 0.3}, (third, A): {A: 0.6, B: 0.4},
+        (third, A, A): {A: 0.6, B: 0.4},
+    }  # fmt: skip
+    start = torch.tensor([[first], [second], [third]])
+    found = beam_search(TableDecoder(table), start, 3, eos=EOS, width=2, alpha=0.6)
+    assert found.tokens.tolist() == [[EOS, PAD, PAD], [EOS, PAD, PAD], [A, A, A]]
+    expected = [
+        math.log(0.4) / length_penalty(1, 0.6),
+        math.log(0.1) / length_penalty(1, 0.6),
+        math.log(0.7 * 0.6 * 0.6) / length_penalty(3, 0.6),
+    ]
+    torch.testing.assert_close(
+        found.scores, torch.tensor(expected, dtype=torch.float64)
+    )
+    # the unfinished beams did score higher, normalised too: it is the rule that decides
+    beams = found.extra["beams"].tolist()
+    assert beams[0] == [[A, A, A], [EOS, PAD, PAD]] and EOS not in sum(beams[1], [])
+    assert math.log(0.6 * 0.9 * 0.9) / length_penalty(3, 0.6) > expected[0]

@@ -11,7 +11,8 @@ time:
   tokens only;
 * **beam search**: keep the ``width`` best partial sequences by summed log-probability;
   finished ones are ranked by $\log p(Y) / \text{lp}(Y)$ with the length penalty
-  $\text{lp}(Y) = ((5 + |Y|)/6)^{\alpha}$ (Wu et al., 2016).
+  $\text{lp}(Y) = ((5 + |Y|)/6)^{\alpha}$ (Wu et al., 2016), and the best finished one
+  is the result (the best unfinished one only where none finished).
 
 A *step* is any callable from the tokens so far to next-token log-probabilities: a
 model recomputing the whole prefix, or the cached
@@ -184,10 +185,14 @@ def beam_search(
     r"""Keep the ``width`` most likely prefixes; return each row's best finished
     sequence.
 
-    A hypothesis's score is its summed log-probability; at the end (or when every beam
-    has ended with ``eos``) beams are ranked by $\log p(Y)/\text{lp}(Y)$. ``decoder`` is
-    an :class:`IncrementalDecoder` for the ``batch`` rows of ``start``; it is expanded
-    to ``batch × width`` rows and reordered as beams are kept.
+    A hypothesis's score is its summed log-probability $\log p(Y)$, by which the beams
+    are kept; a finished one (ended with ``eos``) is ranked by
+    $\log p(Y)/\text{lp}(Y)$. Each row returns its best finished hypothesis, whenever
+    it ended (also one that later fell out of the beam), even if an unfinished beam
+    scores higher; only a row where none finished within ``max_len`` tokens returns
+    its best unfinished beam, ranked the same way. ``decoder`` is an
+    :class:`IncrementalDecoder` for the ``batch`` rows of ``start``; it is expanded to
+    ``batch × width`` rows and reordered as beams are kept.
     """
     if width < 1:
         raise ValueError(f"beam width must be >= 1, got {width}")
@@ -202,6 +207,9 @@ def beam_search(
     scores[:, 0] = 0.0
     finished = torch.zeros(batch * width, dtype=torch.bool, device=device)
     lengths = torch.zeros(batch * width, device=device)
+    # each row's best finished hypothesis so far: its normalised score and tokens
+    best_finished = torch.full((batch,), -math.inf, device=device)
+    kept = start.new_full((batch, 0), pad)
     for _ in range(max_len):
         log_probs = decoder(tokens)
         vocab = log_probs.shape[-1]
@@ -226,22 +234,50 @@ def beam_search(
         lengths = lengths[chosen] + (~was_finished).to(lengths.dtype)
         finished = was_finished | (token == eos)
         tokens = _append(tokens[chosen], rearrange(token, "b -> b 1"))
+        ended = rearrange(finished & ~was_finished, "(b w) -> b w", w=width)
+        kept = _append(kept, rearrange(kept.new_full((batch,), pad), "b -> b 1"))
+        best_finished, kept = _keep_best_finished(
+            _normalised(scores, lengths, alpha).masked_fill(~ended, -math.inf),
+            tokens[:, start.shape[-1] :], best_finished, kept,
+        )  # fmt: skip
         if bool(finished.all()):
             break
-    normalised = rearrange(scores, "batch width -> (batch width)") / length_penalty(
-        lengths, alpha
-    )
-    normalised = rearrange(normalised, "(batch width) -> batch width", width=width)
-    winner = normalised.argmax(-1)  # allow-raw: best beam per row
-    pick = torch.arange(batch, device=device) * width + winner
+    normalised = _normalised(scores, lengths, alpha)
+    winner = normalised.argmax(-1)  # allow-raw: best beam per row (none finished)
+    rows = torch.arange(batch, device=device)
+    unfinished = tokens[rows * width + winner][:, start.shape[-1] :]
+    any_finished = best_finished > -math.inf
     return Decoded(
-        tokens[pick][:, start.shape[-1] :],
-        scores=normalised[torch.arange(batch, device=device), winner],
+        torch.where(rearrange(any_finished, "b -> b 1"), kept, unfinished),
+        scores=torch.where(any_finished, best_finished, normalised[rows, winner]),
         extra={
             "beams": rearrange(
                 tokens[:, start.shape[-1] :], "(b w) s -> b w s", w=width
             )
         },
+    )
+
+
+def _normalised(scores: Tensor, lengths: Tensor, alpha: float) -> Tensor:
+    r"""$\log p(Y)/\text{lp}(Y)$ of every beam, ``batch × width``."""
+    width = scores.shape[-1]
+    penalty = rearrange(length_penalty(lengths, alpha), "(b w) -> b w", w=width)
+    return scores / penalty
+
+
+def _keep_best_finished(
+    ended: Tensor, generated: Tensor, best: Tensor, kept: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Each row's best finished hypothesis: the one of ``best`` and ``kept`` or, if it
+    scores higher, the best of the beams that ended at this step (``ended``: their
+    normalised scores, -inf for the others)."""
+    width = ended.shape[-1]
+    top, beam = ended.max(-1)  # allow-raw: best beam that ended, per row
+    better = top > best
+    rows = torch.arange(ended.shape[0], device=ended.device)
+    newest = generated[rows * width + beam]
+    return torch.where(better, top, best), torch.where(
+        rearrange(better, "b -> b 1"), newest, kept
     )
 
 
