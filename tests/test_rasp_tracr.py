@@ -107,3 +107,31 @@ def test_from_tracr_without_tracr_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "tracr.rasp", None)
     with pytest.raises(ImportError, match=r"pip install 'named_transformer\[rasp\]'"):
         from_tracr(object())
+
+
+def test_where_a_selector_selects_nothing_the_library_decodes_none_tracr_a_guess():
+    """Tracr's own ``shift_by`` and ``detect_pattern`` select no key at position 0.
+    There the output's directions are all zero (up to rounding) in Tracr's model and
+    in ``from_tracr``'s alike: the library decodes ``None``, as both interpreters say;
+    Tracr's ``apply`` takes the argmax of those zeros, some value of the output's
+    value set. Every other position decodes the same (docs/learn/rasp.md)."""
+    from tracr.compiler import compiling, lib
+
+    programs = [lib.shift_by(1, rasp.tokens), lib.detect_pattern(rasp.tokens, "ab")]
+    inputs = [list("bab"), list("aab"), list("abb"), list("bba")]
+    for program in programs:
+        compiled = compiling.compile_rasp_to_model(
+            program, vocab={"a", "b"}, max_seq_len=3, compiler_bos="BOS"
+        )
+        loaded = from_tracr(compiled)
+        applied = [compiled.apply(["BOS", *x]) for x in inputs]
+        theirs = [out.decoded[1:] for out in applied]
+        ours = loaded.run_batch(inputs)
+        assert ours == [rasp.evaluate(program, x) for x in inputs]
+        assert all(row[0] is None for row in ours)
+        assert [row[1:] for row in theirs] == [row[1:] for row in ours]
+        assert all(row[0] in loaded.output_values for row in theirs)  # not None
+        residuals, _ = loaded(loaded.encode(inputs))
+        assert residuals[-1][:, 1, loaded.output_dims].abs().max() < 1e-6
+        for out in applied:
+            assert np.abs(out.residuals[-1][0, 1, loaded.output_dims]).max() < 1e-6
