@@ -21,27 +21,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from einops import rearrange
 from torch import Tensor, nn
 
 from named_transformer.core.masks import causal_mask, sliding_window_mask
-from named_transformer.core.positions import relative_position_index
-from named_transformer.models.alibi import ALiBiMultiHeadAttention, alibi_attend_heads
 from named_transformer.models.multihead import (
+    Heads,
     MultiHeadAttention,
-    attend_grouped_heads,
-    attend_heads,
-    merge_heads,
+    attend_projected,
     project_heads,
-    stack_qkv,
+    project_qkv,
     stacked_projection,
+    stacked_weights,
 )
-from named_transformer.models.relative import (
-    RelativeMultiHeadAttention,
-    relative_attend,
-    relative_attention_weights,
-)
-from named_transformer.models.rotary import RotaryMultiHeadAttention, rotate_heads
 
 __all__ = ["IncrementalDecoder"]
 
@@ -66,61 +57,26 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
 
     The weights do not change while decoding, so the stacking is paid once; each step
     then projects the new tokens with one matrix product instead of three. (Not when
-    values are wider than keys: then the three projections stay separate.)
+    the three projections differ in shape: then they stay separate.)
     """
-    if not attention._stackable:
-        return
-    entry.w_qkv = stack_qkv(attention.w_q, attention.w_k, attention.w_v)
-    if attention.b_q is not None:
-        biases = [attention.b_q, attention.b_k, attention.b_v]
-        entry.b_qkv = rearrange(biases, "three heads key -> (three heads key)")
+    weights = attention.named_weights()
+    if weights.stackable:
+        entry.w_qkv, entry.b_qkv = stacked_weights(weights)
 
 
 def _cached_attention(
-    attention: MultiHeadAttention,
-    queries: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    mask: Tensor | None,
-    offset: int,
+    attention: MultiHeadAttention, heads: Heads, mask: Tensor | None, offset
 ) -> Tensor:
-    """Attention of new queries over (cached + new) keys and values: the modules' own
-    equations.
+    """Attention of new queries over (cached + new) keys and values: the module's own
+    pipeline, with its position scheme and core.
 
     ``offset`` is the first query's position counted from the first key given (the
-    absolute position, unless a sliding window has dropped earlier keys). Keys with
-    fewer heads than the queries are grouped-query attention's.
+    absolute position, unless a sliding window has dropped earlier keys).
     """
-    if isinstance(attention, RelativeMultiHeadAttention):
-        seq_q, seq = queries.shape[-2], keys.shape[-2]
-        index = relative_position_index(
-            seq_q, seq, attention.max_distance, offset=offset, device=queries.device
-        )
-        lifted = (
-            None
-            if mask is None
-            else rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")
-        )
-        weights = relative_attention_weights(
-            queries, keys, attention.a_k, index, lifted
-        )
-        return merge_heads(
-            relative_attend(weights, values, attention.a_v, index),
-            attention.w_o,
-            attention.b_o,
-        )
-    if isinstance(attention, ALiBiMultiHeadAttention):  # the new queries at offset
-        outputs, _ = alibi_attend_heads(
-            queries, keys, values, attention.w_o, attention.slopes, attention.b_o,
-            mask, offset, symmetric=attention.symmetric,
-        )  # fmt: skip
-        return outputs
-    if keys.shape[-3] != queries.shape[-3]:  # grouped-query: kv_heads < heads
-        outputs, _ = attend_grouped_heads(
-            queries, keys, values, attention.w_o, attention.b_o, mask
-        )
-        return outputs
-    outputs, _ = attend_heads(queries, keys, values, attention.w_o, attention.b_o, mask)
+    outputs, _ = attend_projected(
+        heads, attention.w_o, attention.b_o, mask,
+        variant=attention.variant(), offset=offset,
+    )  # fmt: skip
     return outputs
 
 
@@ -351,35 +307,29 @@ class IncrementalDecoder:
         def self_attend(x: Tensor) -> Tensor:
             attention = layer.self_attention
             if entry.w_qkv is None:
-                queries = project_heads(x, attention.w_q, attention.b_q)
-                keys = project_heads(x, attention.w_k, attention.b_k)
-                values = project_heads(x, attention.w_v, attention.b_v)
+                heads = project_qkv(x, x, attention.named_weights())
             else:
-                queries, keys, values = stacked_projection(
-                    x, entry.w_qkv, attention.heads, entry.b_qkv
+                heads = Heads(
+                    *stacked_projection(x, entry.w_qkv, attention.heads, entry.b_qkv)
                 )
-            if isinstance(attention, RotaryMultiHeadAttention):
-                # new queries and keys both sit at offset...: the cache keeps the
-                # keys rotated at their own positions
-                queries = rotate_heads(queries, offset=offset, base=attention.base)
-                keys = rotate_heads(keys, offset=offset, base=attention.base)
-            keys, values, seen_mask = self._remember(entry, keys, values, offset, mask)
+            # new queries and keys both sit at offset...: the cache keeps the keys
+            # transformed (rotated) at their own positions
+            positions = attention.position_scheme()
+            queries = positions.rotate(heads.queries, offset)
+            keys, values, seen_mask = self._remember(
+                entry, positions.rotate(heads.keys, offset), heads.values, offset, mask
+            )
             # the queries' position counted from the first key they see (the window's)
             return _cached_attention(
-                attention, queries, keys, values, seen_mask, offset - entry.first
-            )
+                attention, Heads(queries, keys, values), seen_mask,
+                offset - entry.first,
+            )  # fmt: skip
 
         def cross_attend(x: Tensor) -> Tensor:
             attention = layer.cross_attention
             queries = project_heads(x, attention.w_q, attention.b_q)
-            return _cached_attention(
-                attention,
-                queries,
-                entry.memory_keys,
-                entry.memory_values,
-                self.source_mask,
-                0,
-            )
+            heads = Heads(queries, entry.memory_keys, entry.memory_values)
+            return _cached_attention(attention, heads, self.source_mask, 0)
 
         if self.encoder_decoder:
             hidden = layer.self_attention_residual(hidden, self_attend)

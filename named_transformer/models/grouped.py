@@ -45,6 +45,9 @@ __all__ = [
     "grouped_attend",
     "grouped_attention",
     "grouped_attention_weights",
+    "merge_groups",
+    "share_over_group",
+    "split_groups",
 ]
 
 
@@ -56,8 +59,11 @@ def _check_groups(heads: int, kv_heads: int) -> None:
         )
 
 
-def _split(tensor: Tensor, kv_heads: int) -> Tensor:
-    """``heads -> (kv_heads group)`` on the third axis from the end, checked."""
+def split_groups(tensor: Tensor, kv_heads: int) -> Tensor:
+    """``heads -> (kv_heads group)`` on the third axis from the end, checked; a
+    size-1 axis there (shared by all heads) becomes two size-1 axes."""
+    if tensor.shape[-3] == 1:
+        return rearrange(tensor, "... 1 seq_q x -> ... 1 1 seq_q x")
     _check_groups(tensor.shape[-3], kv_heads)
     return rearrange(
         tensor, "... (kv_heads group) seq_q x -> ... kv_heads group seq_q x",
@@ -65,9 +71,10 @@ def _split(tensor: Tensor, kv_heads: int) -> Tensor:
     )  # fmt: skip
 
 
-def _shared(tensor: Tensor) -> Tensor:
-    """Keys or values with a size-1 ``group`` axis: lifted over the group."""
-    return rearrange(tensor, "... kv_heads seq x -> ... kv_heads 1 seq x")
+def share_over_group(tensor: Tensor) -> Tensor:
+    """Keys, values or a lifted mask with a size-1 ``group`` axis before the last
+    two: lifted over the group."""
+    return rearrange(tensor, "... seq x -> ... 1 seq x")
 
 
 def _lift(mask: Tensor | None) -> Tensor | None:
@@ -77,7 +84,7 @@ def _lift(mask: Tensor | None) -> Tensor | None:
     return rearrange(mask, "... seq_q seq -> ... 1 1 seq_q seq")
 
 
-def _merge(tensor: Tensor) -> Tensor:
+def merge_groups(tensor: Tensor) -> Tensor:
     """``(kv_heads group) -> heads``: back to one axis of query heads."""
     return rearrange(
         tensor, "... kv_heads group seq_q x -> ... (kv_heads group) seq_q x"
@@ -95,7 +102,8 @@ def group_queries(
     Query head $h$ lands in group $\lfloor h / |\mathsf{group}| \rfloor$. A
     ``ValueError`` names both numbers when ``kv_heads`` does not divide the heads.
     """
-    return _split(queries, kv_heads)
+    _check_groups(queries.shape[-3], kv_heads)
+    return split_groups(queries, kv_heads)
 
 
 # --8<-- [end:group_queries]
@@ -119,11 +127,11 @@ def grouped_attention_weights(
     $\mathsf{group}$ axis: it is broadcast, never copied. The mask $M$ and the bias
     $B$ are shared by all heads.
     """
-    grouped = _split(queries, keys.shape[-3])
+    grouped = split_groups(queries, keys.shape[-3])
     weights = attention_weights(
-        grouped, _shared(keys), _lift(mask), score_bias=_lift(score_bias)
+        grouped, share_over_group(keys), _lift(mask), score_bias=_lift(score_bias)
     )
-    return _merge(weights)
+    return merge_groups(weights)
 
 
 # --8<-- [end:grouped_attention_weights]
@@ -138,8 +146,8 @@ def grouped_attend(
     r"""$A_{\mathsf{heads}\to(\mathsf{kv\_heads},\mathsf{group})} \ndot{seq} V$, then
     $(\mathsf{kv\_heads}, \mathsf{group}) \to \mathsf{heads}$: each query head's
     average of its group's values."""
-    grouped = _split(weights, values.shape[-3])
-    return _merge(attend(grouped, _shared(values)))
+    grouped = split_groups(weights, values.shape[-3])
+    return merge_groups(attend(grouped, share_over_group(values)))
 
 
 # --8<-- [end:grouped_attend]

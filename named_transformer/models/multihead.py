@@ -45,34 +45,51 @@ mask the other way round**: pass ``~attn_mask`` (and ``~key_padding_mask``) here
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import torch
 from einops import einsum, rearrange
-from jaxtyping import Bool, Float, TypeCheckError
+from jaxtyping import Bool, Float, Int, TypeCheckError
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.core.attention import attend, attention_weights, fused_attention
-from named_transformer.core.blockwise import blockwise_attention
-from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.feedforward import _plus_bias
+from named_transformer.models.attention_weights import AttentionWeights
+from named_transformer.models.cores import FUSED, MATERIALISE, Blockwise, Core
 from named_transformer.models.grouped import (
-    fused_grouped_attention,
-    grouped_attend,
-    grouped_attention_weights,
+    merge_groups,
+    share_over_group,
+    split_groups,
 )
+from named_transformer.models.legacy import keeps_signature
 from named_transformer.models.parameters import CountsParameters
+from named_transformer.models.variants import (
+    NO_POSITIONS,
+    PLAIN,
+    AttentionVariant,
+    Positions,
+    check_variant,
+)
 
 __all__ = [
+    "AttentionWeights",
+    "Heads",
     "MultiHeadAttention",
     "attend_grouped_heads",
     "attend_heads",
     "grouped_query_attention",
+    "attend_projected",
     "merge_heads",
+    "multihead",
     "multihead_attention",
     "multihead_self_attention",
+    "place",
     "project_heads",
+    "project_qkv",
+    "run_legacy",
     "stack_qkv",
     "stacked_projection",
 ]
@@ -102,62 +119,6 @@ def project_heads(
 # --8<-- [end:project_heads]
 
 
-# --8<-- [start:attend_heads]
-@checked
-def attend_heads(
-    queries: Float[Tensor, "*batch heads seq_q key"],
-    keys: Float[Tensor, "*#batch heads seq key"],
-    values: Float[Tensor, "*#batch heads seq val"],
-    w_o: Float[Tensor, "heads val layer"],
-    b_o: Float[Tensor, " layer"] | None = None,
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    dropout: float = 0.0,
-    training: bool = False,
-    fused: bool = False,
-    *,
-    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    block: int | None = None,
-) -> tuple[
-    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
-]:
-    r"""$W^O \ndot{heads, val} \text{Attention}(Q, K, V, M, B)$ from already
-    projected heads.
-
-    Keys and values are arguments of their own, so they may come from a cache of
-    earlier steps (cached decoding) rather than from the same call as the queries.
-    Returns the output and the attention weights (before dropout), one distribution per
-    head and query. ``dropout`` drops attention weights, as in PyTorch. ``fused=True``
-    computes the attention by PyTorch's fused kernel
-    (:func:`~named_transformer.core.attention.fused_attention`) and returns None for
-    the weights. The mask $M$ and the additive score bias $B$ (``score_bias``) are
-    shared by all heads: both are lifted over $\mathsf{heads}$. ``block`` computes
-    the attention ``block`` keys at a time with an online softmax
-    (:func:`~named_transformer.core.blockwise.blockwise_attention`), and also returns
-    None for the weights (``fused`` comes first if both are given).
-    """
-    if mask is not None:
-        mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
-    if score_bias is not None:
-        score_bias = rearrange(score_bias, "... seq_q seq -> ... 1 seq_q seq")
-    if fused:
-        outputs = fused_attention(
-            queries, keys, values, mask, dropout, training, score_bias=score_bias
-        )
-        return merge_heads(outputs, w_o, b_o), None
-    if block is not None:  # the seq_q x seq weights are never materialised
-        outputs = blockwise_attention(
-            queries, keys, values, mask, block,
-            score_bias=score_bias, dropout=dropout, training=training,
-        )  # fmt: skip
-        return merge_heads(outputs, w_o, b_o), None
-    weights = attention_weights(queries, keys, mask, score_bias=score_bias)
-    dropped = drop(weights, dropout, training)
-    return merge_heads(attend(dropped, values), w_o, b_o), weights
-
-
-# --8<-- [end:attend_heads]
-
-
 # --8<-- [start:merge_heads]
 @checked
 def merge_heads(
@@ -178,160 +139,6 @@ def merge_heads(
 
 
 # --8<-- [end:merge_heads]
-
-
-# --8<-- [start:multihead_attention]
-@checked
-def multihead_attention(
-    inputs: Float[Tensor, "*batch seq_q layer"],
-    memory: Float[Tensor, "*batch seq memory"],
-    w_q: Float[Tensor, "heads layer key"],
-    w_k: Float[Tensor, "heads memory key"],
-    w_v: Float[Tensor, "heads value_memory val"],
-    w_o: Float[Tensor, "heads val layer"],
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    b_q: Float[Tensor, "heads key"] | None = None,
-    b_k: Float[Tensor, "heads key"] | None = None,
-    b_v: Float[Tensor, "heads val"] | None = None,
-    b_o: Float[Tensor, " layer"] | None = None,
-    dropout: float = 0.0,
-    training: bool = False,
-    fused: bool = False,
-    *,
-    values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
-    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    block: int | None = None,
-) -> tuple[
-    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
-]:
-    r"""Multi-head attention of ``inputs`` over ``memory``, the weights passed in.
-
-    $$W^O \ndot{heads, val} \text{Attention}(
-      W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
-      W^K \ndot{memory} X_m, W^V \ndot{memory_v} X_v, M, B).$$
-
-    Self-attention passes the inputs as the memory ($\mathsf{memory} = \mathsf{layer}$);
-    cross-attention passes the encoder output. The values come from the memory too,
-    $X_v = X_m$, unless ``values_from`` gives a source $X_v$ of their own, of width
-    $\mathsf{memory_v}$ (PyTorch's ``vdim`` when it differs from ``kdim``).
-    ``score_bias`` is the additive bias $B$, shared by all heads. Returns (output,
-    weights); the weights are None with ``fused=True`` or a ``block``
-    (:func:`attend_heads`).
-    """
-    if values_from is None:
-        if w_v.shape[-2] != memory.shape[-1]:
-            raise TypeCheckError(
-                f"parameter 'w_v' reads {w_v.shape[-2]} features (axis "
-                f"'value_memory') but the values come from 'memory', "
-                f"{memory.shape[-1]} wide: pass values_from"
-            )
-        values_from = memory
-    queries = project_heads(inputs, w_q, b_q)
-    keys = project_heads(memory, w_k, b_k)
-    values = project_heads(values_from, w_v, b_v)
-    return attend_heads(
-        queries, keys, values, w_o, b_o, mask, dropout, training, fused,
-        score_bias=score_bias, block=block,
-    )  # fmt: skip
-
-
-# --8<-- [end:multihead_attention]
-
-
-# --8<-- [start:attend_grouped_heads]
-@checked
-def attend_grouped_heads(
-    queries: Float[Tensor, "*batch heads seq_q key"],
-    keys: Float[Tensor, "*#batch kv_heads seq key"],
-    values: Float[Tensor, "*#batch kv_heads seq val"],
-    w_o: Float[Tensor, "heads val layer"],
-    b_o: Float[Tensor, " layer"] | None = None,
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    dropout: float = 0.0,
-    training: bool = False,
-    fused: bool = False,
-    *,
-    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-) -> tuple[
-    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
-]:
-    r"""Grouped-query attention from projected heads:
-    $W^O \ndot{heads, val} \text{Attention}(
-      Q_{\mathsf{heads}\to(\mathsf{kv\_heads},\mathsf{group})}, K, V, M, B)$.
-
-    :func:`attend_heads` with $|\mathsf{kv\_heads}|$ key/value heads, each shared by
-    $|\mathsf{heads}| / |\mathsf{kv\_heads}|$ query heads
-    (:mod:`~named_transformer.models.grouped`): broadcast over the group, never
-    repeated. The weights are per query head (None with ``fused=True``, which calls
-    :func:`~named_transformer.models.grouped.fused_grouped_attention`).
-    """
-    if fused:
-        outputs = fused_grouped_attention(
-            queries, keys, values, mask, dropout, training, score_bias=score_bias
-        )
-        return merge_heads(outputs, w_o, b_o), None
-    weights = grouped_attention_weights(queries, keys, mask, score_bias=score_bias)
-    dropped = drop(weights, dropout, training)
-    return merge_heads(grouped_attend(dropped, values), w_o, b_o), weights
-
-
-# --8<-- [end:attend_grouped_heads]
-
-
-# --8<-- [start:grouped_query_attention]
-@checked
-def grouped_query_attention(
-    inputs: Float[Tensor, "*batch seq_q layer"],
-    memory: Float[Tensor, "*batch seq memory"],
-    w_q: Float[Tensor, "heads layer key"],
-    w_k: Float[Tensor, "kv_heads memory key"],
-    w_v: Float[Tensor, "kv_heads value_memory val"],
-    w_o: Float[Tensor, "heads val layer"],
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    b_q: Float[Tensor, "heads key"] | None = None,
-    b_k: Float[Tensor, "kv_heads key"] | None = None,
-    b_v: Float[Tensor, "kv_heads val"] | None = None,
-    b_o: Float[Tensor, " layer"] | None = None,
-    dropout: float = 0.0,
-    training: bool = False,
-    fused: bool = False,
-    *,
-    values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
-    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-) -> tuple[
-    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
-]:
-    r""":func:`multihead_attention` with fewer key/value heads than query heads.
-
-    $$\begin{aligned}W^O \ndot{heads, val} \text{Attention}\big(
-      &(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}})_{\mathsf{heads}\to
-      (\mathsf{kv\_heads},\mathsf{group})}, \\
-      &W^K \ndot{memory} X_m, W^V \ndot{memory_v} X_v, M, B\big)\end{aligned}$$
-
-    with $W^Q \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{key}}$
-    and $W^K \in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{memory} \times
-    \mathsf{key}}$, $W^V \in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{memory_v}
-    \times \mathsf{val}}$: the key and value projections are $|\mathsf{group}|$
-    times smaller. Returns (output, weights per query head).
-    """
-    if values_from is None:
-        if w_v.shape[-2] != memory.shape[-1]:
-            raise TypeCheckError(
-                f"parameter 'w_v' reads {w_v.shape[-2]} features (axis "
-                f"'value_memory') but the values come from 'memory', "
-                f"{memory.shape[-1]} wide: pass values_from"
-            )
-        values_from = memory
-    queries = project_heads(inputs, w_q, b_q)
-    keys = project_heads(memory, w_k, b_k)
-    values = project_heads(values_from, w_v, b_v)
-    return attend_grouped_heads(
-        queries, keys, values, w_o, b_o, mask, dropout, training, fused,
-        score_bias=score_bias,
-    )  # fmt: skip
-
-
-# --8<-- [end:grouped_query_attention]
 
 
 # --8<-- [start:stacked_projection]
@@ -379,50 +186,245 @@ def stacked_projection(
     return q, k, v
 
 
+
+
+def stacked_weights(weights: AttentionWeights) -> tuple[Tensor, Tensor | None]:
+    """$W_{qkv}$ and $b_{qkv}$ (None without biases) of stackable weights."""
+    b_qkv = None
+    if weights.b_q is not None:
+        biases = [weights.b_q, weights.b_k, weights.b_v]
+        b_qkv = rearrange(biases, "three heads key -> (three heads key)")
+    return stack_qkv(weights.w_q, weights.w_k, weights.w_v), b_qkv
+
+
 # --8<-- [end:stacked_projection]
 
 
-# --8<-- [start:multihead_self_attention]
-@checked
-def multihead_self_attention(
-    inputs: Float[Tensor, "*batch seq layer"],
-    w_q: Float[Tensor, "heads layer key"],
-    w_k: Float[Tensor, "heads layer key"],
-    w_v: Float[Tensor, "heads layer key"],
-    w_o: Float[Tensor, "heads key layer"],
-    mask: Bool[Tensor, "*#batch #seq #seq"] | None = None,
-    b_q: Float[Tensor, "heads key"] | None = None,
-    b_k: Float[Tensor, "heads key"] | None = None,
-    b_v: Float[Tensor, "heads key"] | None = None,
-    b_o: Float[Tensor, " layer"] | None = None,
-    dropout: float = 0.0,
-    training: bool = False,
-    fused: bool = False,
-    *,
-    score_bias: Float[Tensor, "*#batch #seq #seq"] | None = None,
-    block: int | None = None,
-) -> tuple[
-    Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"] | None
-]:
-    r""":func:`multihead_attention` with $X_m = X$, projecting through the NYU notes'
-    stacked $W_{qkv}$.
+# --8<-- [start:Heads]
+class Heads(NamedTuple):
+    """Queries, keys and values per head, as the pipeline passes them on."""
 
-    When queries, keys and values all come from $X$, one product with the tall
-    $W_{qkv}$ replaces three (as PyTorch's ``in_proj_weight`` does): the same numbers,
-    one larger matrix multiplication. Needs $|\mathsf{val}| = |\mathsf{key}|$.
+    queries: Float[Tensor, "*batch heads seq_q key"]
+    keys: Float[Tensor, "*#batch kv_heads seq key"]
+    values: Float[Tensor, "*#batch kv_heads seq val"]
+
+
+# --8<-- [end:Heads]
+
+
+# --8<-- [start:project_qkv]
+@checked
+def project_qkv(
+    inputs: Float[Tensor, "*batch seq_q layer"],
+    memory: Float[Tensor, "*batch seq memory"],
+    weights: AttentionWeights,
+    *,
+    values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
+) -> Heads:
+    r"""$Q = W^Q \ndot{layer} X$, $K = W^K \ndot{memory} X_m$,
+    $V = W^V \ndot{memory_v} X_v$.
+
+    The values come from the memory, $X_v = X_m$, unless ``values_from`` gives a
+    source of their own (PyTorch's ``vdim`` beside ``kdim``). In self-attention
+    (``memory`` *is* ``inputs``) with as many key/value heads as query heads, the
+    three projections are one product with the stacked $W_{qkv}$
+    (:func:`stacked_projection`): the same numbers, one larger multiplication.
     """
-    w_qkv = stack_qkv(w_q, w_k, w_v)
-    b_qkv = None
-    if b_q is not None and b_k is not None and b_v is not None:
-        b_qkv = rearrange([b_q, b_k, b_v], "three heads key -> (three heads key)")
-    queries, keys, values = stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv)
-    return attend_heads(
-        queries, keys, values, w_o, b_o, mask, dropout, training, fused,
-        score_bias=score_bias, block=block,
+    weights.check(inputs, memory, values_from)
+    w_q, w_k, w_v = weights.w_q, weights.w_k, weights.w_v
+    if values_from is None:
+        if w_v.shape[-2] != memory.shape[-1]:
+            raise TypeCheckError(
+                f"parameter 'w_v' reads {w_v.shape[-2]} features (axis "
+                f"'value_memory') but the values come from 'memory', "
+                f"{memory.shape[-1]} wide: pass values_from"
+            )
+        values_from = memory
+    if memory is inputs and values_from is inputs and weights.stackable:
+        w_qkv, b_qkv = stacked_weights(weights)
+        return Heads(*stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv))
+    return Heads(
+        project_heads(inputs, w_q, weights.b_q),
+        project_heads(memory, w_k, weights.b_k),
+        project_heads(values_from, w_v, weights.b_v),
+    )
+
+
+# --8<-- [end:project_qkv]
+
+
+# --8<-- [start:attend_projected]
+def _lift_over_heads(table: Tensor | None) -> Tensor | None:
+    """A mask or bias shared by all heads: a size-1 ``heads`` axis."""
+    if table is None:
+        return None
+    return rearrange(table, "... seq_q seq -> ... 1 seq_q seq")
+
+
+def _plus(first: Tensor | None, second: Tensor | None) -> Tensor | None:
+    """The sum of two additive score terms, either of which may be absent."""
+    if first is None or second is None:
+        return second if first is None else first
+    return first + second
+
+
+@checked
+def attend_projected(
+    heads: Heads,
+    w_o: Float[Tensor, "heads val layer"],
+    b_o: Float[Tensor, " layer"] | None = None,
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    *,
+    variant: AttentionVariant = PLAIN,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
+    offset: int | Int[Tensor, " 1"] = 0,
+    dropout: float = 0.0,
+) -> tuple[
+    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
+]:
+    r"""$W^O \ndot{heads, val} \big(\text{Attention}(Q, K, V, M, T + B)
+    + U(A)\big) (+ b^O)$ from projected heads.
+
+    $T$ is the position scheme's score term (per head, or none), $B$ the caller's
+    ``score_bias`` and $M$ the ``mask`` (both shared by all heads: lifted over
+    $\mathsf{heads}$), $U(A)$ its value term; the core computes the attention
+    (:mod:`~named_transformer.models.cores`). With fewer key/value heads than query
+    heads, the query heads (and a per-head $T$) are split
+    $\mathsf{heads} \to (\mathsf{kv\_heads}, \mathsf{group})$ and the keys, values
+    and mask get a size-1 $\mathsf{group}$ axis: broadcast, never copied
+    (:mod:`~named_transformer.models.grouped`). ``offset`` is the first query's
+    position counted from the first key. Returns (output, weights per query head,
+    before dropout); the weights are None from a core that does not materialise them.
+    """
+    positions, core = check_variant(variant)
+    queries, keys, values = heads
+    bias = _plus(
+        positions.score_term(queries, keys.shape[-2], offset),
+        _lift_over_heads(score_bias),
+    )
+    mask = _lift_over_heads(mask)
+    value_term = None
+    if positions.uses_weights:
+        value_term = functools.partial(positions.value_term, offset=offset)
+    kv_heads = keys.shape[-3]
+    grouped = kv_heads != queries.shape[-3]
+    if grouped:
+        queries = split_groups(queries, kv_heads)
+        keys, values = share_over_group(keys), share_over_group(values)
+        mask = None if mask is None else share_over_group(mask)
+        bias = None if bias is None else split_groups(bias, kv_heads)
+    outputs, weights = core(queries, keys, values, mask, bias, dropout, value_term)
+    if grouped:
+        outputs = merge_groups(outputs)
+        weights = None if weights is None else merge_groups(weights)
+    return merge_heads(outputs, w_o, b_o), weights
+
+
+# --8<-- [end:attend_projected]
+
+
+# --8<-- [start:multihead]
+def place(heads: Heads, positions: Positions, offset: int | Tensor = 0) -> Heads:
+    """The queries rotated from position ``offset``, the keys from 0 (a no-op for
+    schemes that do not rotate)."""
+    return heads._replace(
+        queries=positions.rotate(heads.queries, offset),
+        keys=positions.rotate(heads.keys, 0),
+    )
+
+
+@checked
+def multihead(
+    inputs: Float[Tensor, "*batch seq_q layer"],
+    memory: Float[Tensor, "*batch seq memory"],
+    weights: AttentionWeights,
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    *,
+    variant: AttentionVariant = PLAIN,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
+    offset: int = 0,
+    dropout: float = 0.0,
+) -> tuple[
+    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
+]:
+    r"""Multi-head attention of ``inputs`` over ``memory``: the whole pipeline.
+
+    $$W^O \ndot{heads, val} \text{Attention}\big(
+      R_{\text{offset}}(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}),
+      R_0(W^K \ndot{memory} X_m), W^V \ndot{memory} X_m, M, T + B\big) + \dots$$
+
+    Self-attention passes the inputs as the memory. ``variant`` picks the position
+    scheme ($R$, $T$, $U$) and the core; ``dropout`` is the probability of dropping
+    an attention weight (0 outside training). Returns (output, weights or None).
+    """
+    heads = place(project_qkv(inputs, memory, weights), variant.positions, offset)
+    return attend_projected(
+        heads, weights.w_o, weights.b_o, mask,
+        variant=variant, score_bias=score_bias, offset=offset, dropout=dropout,
     )  # fmt: skip
 
 
-# --8<-- [end:multihead_self_attention]
+# --8<-- [end:multihead]
+
+
+def run_legacy(
+    arguments: Mapping[str, Any], positions: Positions = NO_POSITIONS
+) -> tuple[Tensor, Tensor | None]:
+    """A 0.4.0 functional attention's bound arguments, run by the pipeline."""
+    if arguments.get("fused"):
+        core = FUSED
+    elif arguments.get("block") is not None:
+        core = Blockwise(arguments["block"])
+    else:
+        core = MATERIALISE
+    offset = arguments.get("offset", 0)
+    if "queries" in arguments:  # already projected
+        heads = Heads(arguments["queries"], arguments["keys"], arguments["values"])
+    else:
+        heads = project_qkv(
+            arguments["inputs"], arguments["memory"],
+            AttentionWeights.of(arguments), values_from=arguments.get("values_from"),
+        )  # fmt: skip
+        heads = place(heads, positions, offset)
+    return attend_projected(
+        heads, arguments["w_o"], arguments.get("b_o"), arguments.get("mask"),
+        variant=AttentionVariant(positions, core),
+        score_bias=arguments.get("score_bias"), offset=offset,
+        dropout=arguments["dropout"] if arguments["training"] else 0.0,
+    )  # fmt: skip
+
+
+# --8<-- [start:legacy]
+_WEIGHTS = "w_q, w_k, w_v, w_o, mask=None, b_q=None, b_k=None, b_v=None, b_o=None"
+_OPTIONS = "dropout=0.0, training=False, fused=False"
+multihead_attention = keeps_signature(
+    "multihead_attention",
+    f"inputs, memory, {_WEIGHTS}, {_OPTIONS}, *, values_from=None, "
+    "score_bias=None, block=None",
+    run_legacy,
+)
+grouped_query_attention = keeps_signature(
+    "grouped_query_attention",
+    f"inputs, memory, {_WEIGHTS}, {_OPTIONS}, *, values_from=None, score_bias=None",
+    run_legacy,
+)
+multihead_self_attention = keeps_signature(
+    "multihead_self_attention",
+    f"inputs, {_WEIGHTS}, {_OPTIONS}, *, score_bias=None, block=None",
+    lambda arguments: run_legacy({**arguments, "memory": arguments["inputs"]}),
+)
+attend_heads = keeps_signature(
+    "attend_heads",
+    f"queries, keys, values, w_o, b_o=None, mask=None, {_OPTIONS}, *, "
+    "score_bias=None, block=None",
+    run_legacy,
+)
+attend_grouped_heads = keeps_signature(
+    "attend_grouped_heads",
+    f"queries, keys, values, w_o, b_o=None, mask=None, {_OPTIONS}, *, score_bias=None",
+    run_legacy,
+)
+# --8<-- [end:legacy]
 
 
 def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
@@ -432,20 +434,16 @@ def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
 
-def _block_option(block: int | None, fused: bool, grouped: bool) -> int | None:
-    """``MultiHeadAttention``'s ``block``, checked against the options it excludes."""
-    if block is None:
-        return None
-    if isinstance(block, bool) or block < 1:
-        raise ValueError(f"block must be a positive number of positions, got {block!r}")
-    if fused:
+def _core_option(fused: bool, block: int | None) -> Core:
+    """``MultiHeadAttention``'s core when no weights are asked for."""
+    if fused and block is not None:
         raise ValueError(
             "fused=True and block are two ways around the seq_q x seq weights: "
             "choose one"
         )
-    if grouped:
-        raise ValueError("block is not available with kv_heads < heads (yet)")
-    return block
+    if fused:
+        return FUSED
+    return MATERIALISE if block is None else Blockwise(block)
 
 
 # --8<-- [start:MultiHeadAttention]
@@ -529,7 +527,8 @@ class MultiHeadAttention(CountsParameters, nn.Module):
                 "serves a group of heads / kv_heads query heads"
             )
         self.kv_heads = kv_heads  # = heads: multi-head; 1: multi-query
-        self.block = _block_option(block, fused, kv_heads != heads)
+        self.core = _core_option(fused, block)
+        self.block = block
         self.layer, self.heads, self.memory, self.key, self.val = (
             layer,
             heads,
@@ -538,10 +537,6 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             val,
         )
         self.value_memory = value_memory
-        self._stackable = (
-            memory == layer and value_memory == layer and val == key
-            and kv_heads == heads  # one W_qkv needs as many key heads as query heads
-        )  # fmt: skip
         self.dropout, self.fused = dropout, fused
         self.w_q = _uniform(heads, layer, key, fan_in=layer, fan_out=heads * key)
         self.w_k = _uniform(
@@ -560,6 +555,25 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             for name in ("b_q", "b_k", "b_v", "b_o"):
                 self.register_parameter(name, None)
 
+    def position_scheme(self) -> Positions:
+        """The position part this attention plugs in: none here; the rotary, ALiBi
+        and relative modules return theirs."""
+        return NO_POSITIONS
+
+    def named_weights(self) -> AttentionWeights:
+        """$W^Q, W^K, W^V, W^O$ and the biases, as one container."""
+        return AttentionWeights.of(self)
+
+    @property
+    def _stackable(self) -> bool:  # 0.4.0's name, which tests and callers read
+        return self.named_weights().stackable
+
+    def variant(self, need_weights: bool = False) -> AttentionVariant:
+        """The parts of one call: the position scheme, and the core (materialising
+        when the weights are asked for)."""
+        core = MATERIALISE if need_weights else self.core
+        return AttentionVariant(self.position_scheme(), core)
+
     @checked
     def forward(
         self,
@@ -567,6 +581,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         memory: Float[Tensor, "*batch seq memory"] | None = None,
         mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
         need_weights: bool = False,
+        offset: int = 0,
         *,
         values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
         score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
@@ -578,37 +593,23 @@ class MultiHeadAttention(CountsParameters, nn.Module):
     ):
         """Self-attention when ``memory`` is None, else cross-attention over ``memory``.
 
-        ``values_from``: the values' own source (default ``memory``), needed when the
-        module was built with a ``value_memory`` of its own. ``score_bias``: an
-        additive bias $B$ on the scores, shared by all heads (a float ``attn_mask``
-        of PyTorch). Returns the output, or (output, per-head weights) when
-        ``need_weights``.
+        ``offset``: the first query's position, the keys starting at 0 (for position
+        schemes). ``values_from``: the values' own source (default ``memory``),
+        needed when the module was built with a ``value_memory`` of its own.
+        ``score_bias``: an additive bias $B$ on the scores, shared by all heads (a
+        float ``attn_mask`` of PyTorch). Returns the output, or (output, per-head
+        weights) when ``need_weights``.
         """
-        fused = self.fused and not need_weights  # the fused kernel returns no weights
-        block = None if need_weights else self.block  # nor does the blockwise one
-        if memory is None and values_from is None and self._stackable:
-            outputs, weights = multihead_self_attention(  # one stacked projection
-                inputs, self.w_q, self.w_k, self.w_v, self.w_o, mask,
-                self.b_q, self.b_k, self.b_v, self.b_o,
-                self.dropout, self.training, fused, score_bias=score_bias,
-                block=block,
-            )  # fmt: skip
-        elif self.kv_heads != self.heads:
-            outputs, weights = grouped_query_attention(  # K, V shared by groups
-                inputs, inputs if memory is None else memory,
-                self.w_q, self.w_k, self.w_v, self.w_o, mask,
-                self.b_q, self.b_k, self.b_v, self.b_o,
-                self.dropout, self.training, fused,
-                values_from=values_from, score_bias=score_bias,
-            )  # fmt: skip
-        else:
-            outputs, weights = multihead_attention(
-                inputs, inputs if memory is None else memory,
-                self.w_q, self.w_k, self.w_v, self.w_o, mask,
-                self.b_q, self.b_k, self.b_v, self.b_o,
-                self.dropout, self.training, fused,
-                values_from=values_from, score_bias=score_bias, block=block,
-            )  # fmt: skip
+        variant = self.variant(need_weights)
+        heads = project_qkv(
+            inputs, inputs if memory is None else memory, self.named_weights(),
+            values_from=values_from,
+        )  # fmt: skip
+        outputs, weights = attend_projected(
+            place(heads, variant.positions, offset), self.w_o, self.b_o, mask,
+            variant=variant, score_bias=score_bias, offset=offset,
+            dropout=self.dropout if self.training else 0.0,
+        )  # fmt: skip
         return (outputs, weights) if need_weights else outputs
 
 

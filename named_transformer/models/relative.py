@@ -1,16 +1,19 @@
 r"""Relative position representations (Shaw, Uszkoreit & Vaswani 2018; Chai).
 
 Instead of adding absolute positions to the inputs, each attention layer learns one
-vector per *clipped distance* between a query at position $i$ and a key at position
-$j$, for the keys and for the values, shared by all heads:
+vector per *clipped distance* between a query at position $j$ and a key at position
+$i$, for the keys and for the values, shared by all heads:
 $a^K \in \mathbb R^{\mathsf{distance} \times \mathsf{key}}$,
 $a^V \in \mathbb R^{\mathsf{distance} \times \mathsf{val}}$,
 $|\mathsf{distance}| = 2k+1$.
 
-$$e_{ij} = \frac{q_i \ndot{key}
-  (k_j + a^K_{\operatorname{clip}(j-i,\,k)})}{\sqrt{|\mathsf{key}|}},
+$$e_{ji} = \frac{q_j \ndot{key}
+  (k_i + a^K_{\operatorname{clip}(i-j,\,k)})}{\sqrt{|\mathsf{key}|}},
   \qquad \alpha = \nfun{seq}{softmax}\, e, \qquad
-  z_i = \sum_j \alpha_{ij} \left(v_j + a^V_{\operatorname{clip}(j-i,\,k)}\right).$$
+  z_j = \sum_i \alpha_{ji} \left(v_i + a^V_{\operatorname{clip}(i-j,\,k)}\right).$$
+
+(Shaw et al. write the query as $i$ and the key as $j$; this library writes the
+query $j$ and the key $i$ on every page, as its masks do.)
 
 Distances beyond $k$ are clipped, so the model generalises to lengths unseen in
 training. The tables add $(2k+1)(|\mathsf{key}| + |\mathsf{val}|)$ parameters to
@@ -21,35 +24,62 @@ $R^K \in \mathbb R^{\mathsf{seq'} \times \mathsf{seq} \times \mathsf{key}}$ (one
 not one per example or head); the relative terms are then plain contractions,
 $Q \ndot{key} R^K$ and $\alpha \ndot{seq} R^V$. Query and key lengths may differ: with
 a cache of $c$ earlier positions, the queries start at ``offset`` $= c$.
+
+In the multi-head pipeline these are the score term and the value term of one part,
+:class:`Relative`; since the value term reads the weights $\alpha$, relative
+positions run on the materialising core only (fused and blockwise are refused in one
+line). Grouped key/value heads work: the terms follow the query heads.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
-from einops import einsum, rearrange
+from einops import einsum
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.core.attention import attend
-from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import relative_position_index
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
-from named_transformer.models.multihead import (
-    MultiHeadAttention,
-    merge_heads,
-    project_heads,
+from named_transformer.models.legacy import keeps_signature
+from named_transformer.models.multihead import MultiHeadAttention, run_legacy
+from named_transformer.models.variants import (
+    Positions,
+    check_variant,
+    register_positions,
 )
 
 __all__ = [
+    "Relative",
     "RelativeMultiHeadAttention",
     "relative_attend",
     "relative_attention_weights",
     "relative_multihead_attention",
 ]
+
+
+# --8<-- [start:relative_terms]
+def _key_term(queries: Tensor, a_k: Tensor, index: Tensor) -> Tensor:
+    r"""$(Q \ndot{key} R^K)/\sqrt{|\mathsf{key}|}$, $R^K = a^K_{\text{index}}$: one
+    row of $a^K$ per (query, key) pair."""
+    relative_keys = a_k[index]  # seq_q seq key
+    relative = einsum(
+        queries, relative_keys, "... seq_q key, seq_q seq key -> ... seq_q seq"
+    )
+    return relative / math.sqrt(queries.shape[-1])
+
+
+def _value_term(weights: Tensor, a_v: Tensor, index: Tensor) -> Tensor:
+    r"""$\alpha \ndot{seq} R^V$, $R^V = a^V_{\text{index}}$."""
+    return einsum(weights, a_v[index], "... seq_q seq, seq_q seq val -> ... seq_q val")
+
+
+# --8<-- [end:relative_terms]
 
 
 # --8<-- [start:relative_attention_weights]
@@ -68,11 +98,7 @@ def relative_attention_weights(
 
     $R^K = a^K_{\text{index}}$ looks up one row of $a^K$ per (query, key) pair.
     """
-    relative_keys = a_k[index]  # seq_q seq key: a row lookup per (query, key) pair
-    relative = einsum(
-        queries, relative_keys, "... seq_q key, seq_q seq key -> ... seq_q seq"
-    )
-    scores = scaled_dot_score(queries, keys) + relative / math.sqrt(queries.shape[-1])
+    scores = scaled_dot_score(queries, keys) + _key_term(queries, a_k, index)
     return softmax(scores, mask)
 
 
@@ -88,59 +114,50 @@ def relative_attend(
     index: Int[Tensor, "seq_q seq"],
 ) -> Float[Tensor, "*batch seq_q val"]:
     r"""$\alpha \ndot{seq} V + \alpha \ndot{seq} R^V$, $R^V = a^V_{\text{index}}$."""
-    relative_values = a_v[index]  # seq_q seq val
-    relative = einsum(
-        weights, relative_values, "... seq_q seq, seq_q seq val -> ... seq_q val"
-    )
-    return attend(weights, values) + relative
+    return attend(weights, values) + _value_term(weights, a_v, index)
 
 
 # --8<-- [end:relative_attend]
 
 
-# --8<-- [start:relative_multihead_attention]
-@checked
-def relative_multihead_attention(
-    inputs: Float[Tensor, "*batch seq_q layer"],
-    memory: Float[Tensor, "*batch seq memory"],
-    w_q: Float[Tensor, "heads layer key"],
-    w_k: Float[Tensor, "heads memory key"],
-    w_v: Float[Tensor, "heads memory val"],
-    w_o: Float[Tensor, "heads val layer"],
-    a_k: Float[Tensor, "distance key"],
-    a_v: Float[Tensor, "distance val"],
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    b_q: Float[Tensor, "heads key"] | None = None,
-    b_k: Float[Tensor, "heads key"] | None = None,
-    b_v: Float[Tensor, "heads val"] | None = None,
-    b_o: Float[Tensor, " layer"] | None = None,
-    offset: int = 0,
-    dropout: float = 0.0,
-    training: bool = False,
-) -> tuple[
-    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
-]:
-    r"""Multi-head attention with Shaw et al.'s relative terms;
-    $k = (|\mathsf{distance}| - 1)/2$.
+# --8<-- [start:Relative]
+@dataclass(frozen=True)
+class Relative(Positions):
+    r"""Relative positions as a part of the pipeline: the score term
+    $T = (Q \ndot{key} R^K)/\sqrt{|\mathsf{key}|}$ and the value term
+    $U(A) = A \ndot{seq} R^V$, with $R = a_{\text{index}}$ looked up by clipped
+    distance. The value term needs the weights $A$: only the materialising core
+    runs it."""
 
-    The first query sits at position ``offset`` (the cache length when decoding step by
-    step), the first key at 0. Returns (output, weights).
-    """
-    seq_q, seq = inputs.shape[-2], memory.shape[-2]
-    index = relative_position_index(
-        seq_q, seq, (a_k.shape[0] - 1) // 2, offset=offset, device=inputs.device
-    )
-    queries = project_heads(inputs, w_q, b_q)
-    keys = project_heads(memory, w_k, b_k)
-    values = project_heads(memory, w_v, b_v)
-    if mask is not None:
-        mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # lift over heads
-    weights = relative_attention_weights(queries, keys, a_k, index, mask)
-    dropped = drop(weights, dropout, training)
-    return merge_heads(relative_attend(dropped, values, a_v, index), w_o, b_o), weights
+    a_k: Tensor  # distance key
+    a_v: Tensor  # distance val
+    name = "relative"
+    uses_weights = True
+
+    def _index(self, seq_q: int, seq: int, offset: int | Tensor) -> Tensor:
+        k = (self.a_k.shape[0] - 1) // 2
+        return relative_position_index(
+            seq_q, seq, k, offset=offset, device=self.a_k.device
+        )
+
+    def score_term(self, queries: Tensor, seq: int, offset: int | Tensor) -> Tensor:
+        index = self._index(queries.shape[-2], seq, offset)
+        return _key_term(queries, self.a_k, index)
+
+    def value_term(self, weights: Tensor, offset: int | Tensor) -> Tensor:
+        return _value_term(weights, self.a_v, self._index(*weights.shape[-2:], offset))
 
 
-# --8<-- [end:relative_multihead_attention]
+# --8<-- [end:Relative]
+
+relative_multihead_attention = keeps_signature(
+    "relative_multihead_attention",
+    "inputs, memory, w_q, w_k, w_v, w_o, a_k, a_v, mask=None, b_q=None, b_k=None, "
+    "b_v=None, b_o=None, offset=0, dropout=0.0, training=False",
+    lambda arguments: run_legacy(
+        arguments, Relative(arguments["a_k"], arguments["a_v"])
+    ),
+)
 
 
 # --8<-- [start:RelativeMultiHeadAttention]
@@ -154,14 +171,6 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     """
 
     def __init__(self, layer: int, heads: int, max_distance: int, **options) -> None:
-        if options.get("fused"):
-            raise ValueError(
-                "relative attention adds a^K to the scores before the softmax, "
-                "which the fused kernel cannot: fused=True is not available here"
-            )
-        for option in ("block", "kv_heads"):  # its own weights path has neither
-            if options.get(option) is not None:
-                raise ValueError(f"relative attention has no {option} option")
         super().__init__(layer, heads, **options)
         if max_distance < 0:
             raise ValueError(
@@ -171,31 +180,20 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         distance = 2 * max_distance + 1
         self.a_k = nn.Parameter(torch.randn(distance, self.key) / math.sqrt(self.key))
         self.a_v = nn.Parameter(torch.randn(distance, self.val) / math.sqrt(self.val))
+        check_variant(self.variant())  # relative + fused or blockwise: refused here
 
-    @checked
-    def forward(
-        self,
-        inputs: Float[Tensor, "*batch seq_q layer"],
-        memory: Float[Tensor, "*batch seq memory"] | None = None,
-        mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
-        offset: int = 0,
-    ) -> (
-        Float[Tensor, "*batch seq_q layer"]
-        | tuple[
-            Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
-        ]
-    ):
-        """As :meth:`MultiHeadAttention.forward`; ``offset`` is the first query's
-        position."""
-        memory = inputs if memory is None else memory
-        outputs, weights = relative_multihead_attention(
-            inputs, memory, self.w_q, self.w_k, self.w_v, self.w_o,
-            self.a_k, self.a_v, mask,
-            self.b_q, self.b_k, self.b_v, self.b_o,
-            offset, self.dropout, self.training,
-        )  # fmt: skip
-        return (outputs, weights) if need_weights else outputs
+    def position_scheme(self) -> Relative:
+        return Relative(self.a_k, self.a_v)
 
 
+register_positions(
+    "relative",
+    lambda request: RelativeMultiHeadAttention(
+        request.layer,
+        request.heads,
+        request.max_distance,
+        dropout=request.options["dropout"],
+        kv_heads=request.options["kv_heads"],
+    ),  # fmt: skip
+)
 # --8<-- [end:RelativeMultiHeadAttention]

@@ -23,20 +23,24 @@ Since rotation happens before the attention, the fused kernel still applies
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.core.rotary import rotary_angles, rotate
-from named_transformer.models.multihead import (
-    MultiHeadAttention,
-    attend_grouped_heads,
-    attend_heads,
-    project_heads,
-)
+from named_transformer.models.legacy import keeps_signature
+from named_transformer.models.multihead import MultiHeadAttention, run_legacy
+from named_transformer.models.variants import Positions, register_positions
 
-__all__ = ["RotaryMultiHeadAttention", "rotary_multihead_attention", "rotate_heads"]
+__all__ = [
+    "Rotary",
+    "RotaryMultiHeadAttention",
+    "rotary_multihead_attention",
+    "rotate_heads",
+]
 
 
 # --8<-- [start:rotate_heads]
@@ -63,48 +67,20 @@ def rotate_heads(
 # --8<-- [end:rotate_heads]
 
 
-# --8<-- [start:rotary_multihead_attention]
-@checked
-def rotary_multihead_attention(
-    inputs: Float[Tensor, "*batch seq_q layer"],
-    memory: Float[Tensor, "*batch seq memory"],
-    w_q: Float[Tensor, "heads layer key"],
-    w_k: Float[Tensor, "kv_heads memory key"],
-    w_v: Float[Tensor, "kv_heads memory val"],
-    w_o: Float[Tensor, "heads val layer"],
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    b_q: Float[Tensor, "heads key"] | None = None,
-    b_k: Float[Tensor, "kv_heads key"] | None = None,
-    b_v: Float[Tensor, "kv_heads val"] | None = None,
-    b_o: Float[Tensor, " layer"] | None = None,
-    offset: int = 0,
-    base: float = 10000.0,
-    dropout: float = 0.0,
-    training: bool = False,
-    fused: bool = False,
-    *,
-    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-) -> tuple[
-    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
-]:
-    r"""Multi-head attention with the queries rotated from position ``offset`` and
-    the keys from 0.
+# --8<-- [start:Rotary]
+@dataclass(frozen=True)
+class Rotary(Positions):
+    r"""Rotary positions as a part of the pipeline: $R_p$ turns the queries and keys
+    by their positions; nothing is added to the scores or values."""
 
-    Fewer key/value heads than query heads ($|\mathsf{kv\_heads}| <
-    |\mathsf{heads}|$) is grouped-query attention: the rotation does not care.
-    Returns (output, weights); the weights are None with ``fused=True``.
-    """
-    queries = rotate_heads(project_heads(inputs, w_q, b_q), offset=offset, base=base)
-    keys = rotate_heads(project_heads(memory, w_k, b_k), base=base)
-    values = project_heads(memory, w_v, b_v)
-    grouped = keys.shape[-3] != queries.shape[-3]
-    return (attend_grouped_heads if grouped else attend_heads)(
-        queries, keys, values, w_o, b_o, mask, dropout, training, fused,
-        score_bias=score_bias,
-    )  # fmt: skip
+    base: float = 10000.0
+    name = "rotary"
+
+    def rotate(self, heads: Tensor, offset: int | Tensor) -> Tensor:
+        return rotate_heads(heads, offset=offset, base=self.base)
 
 
-# --8<-- [end:rotary_multihead_attention]
+# --8<-- [end:Rotary]
 
 
 # --8<-- [start:RotaryMultiHeadAttention]
@@ -112,8 +88,9 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     r""":class:`MultiHeadAttention` whose queries and keys are rotated by their
     positions (no new parameters).
 
-    ``base`` is RoPE's base (10000, as RoFormer and Llama 1–2); the other arguments
-    are those of :class:`MultiHeadAttention`. $|\mathsf{key}|$ must be even.
+    ``base`` is RoPE's base $\theta$ (10000, as RoFormer and Llama 1–2; Llama 3 uses
+    500000); the other arguments are those of :class:`MultiHeadAttention`.
+    $|\mathsf{key}|$ must be even.
     """
 
     def __init__(
@@ -129,33 +106,22 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
             raise ValueError(f"base must be greater than 1, got {base}")
         self.base = base
 
-    @checked
-    def forward(
-        self,
-        inputs: Float[Tensor, "*batch seq_q layer"],
-        memory: Float[Tensor, "*batch seq memory"] | None = None,
-        mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
-        offset: int = 0,
-        *,
-        score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    ) -> (
-        Float[Tensor, "*batch seq_q layer"]
-        | tuple[
-            Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
-        ]
-    ):
-        """As :meth:`MultiHeadAttention.forward`; ``offset`` is the first query's
-        position (the keys of ``memory``, default the inputs, start at 0)."""
-        fused = self.fused and not need_weights  # the fused kernel returns no weights
-        outputs, weights = rotary_multihead_attention(
-            inputs, inputs if memory is None else memory,
-            self.w_q, self.w_k, self.w_v, self.w_o, mask,
-            self.b_q, self.b_k, self.b_v, self.b_o,
-            offset, self.base, self.dropout, self.training, fused,
-            score_bias=score_bias,
-        )  # fmt: skip
-        return (outputs, weights) if need_weights else outputs
+    def position_scheme(self) -> Rotary:
+        return Rotary(self.base)
 
 
+register_positions(
+    "rotary",
+    lambda request: RotaryMultiHeadAttention(
+        request.layer, request.heads, base=request.rotary_base, **request.options
+    ),
+)
 # --8<-- [end:RotaryMultiHeadAttention]
+
+rotary_multihead_attention = keeps_signature(
+    "rotary_multihead_attention",
+    "inputs, memory, w_q, w_k, w_v, w_o, mask=None, b_q=None, b_k=None, b_v=None, "
+    "b_o=None, offset=0, base=10000.0, dropout=0.0, training=False, fused=False, *, "
+    "score_bias=None",
+    lambda arguments: run_legacy(arguments, Rotary(arguments["base"])),
+)

@@ -1,0 +1,108 @@
+r"""The attention core: how $\nfun{seq}{softmax}(S + B + M) \ndot{seq} V$ is computed.
+
+One variation point of the multi-head pipeline
+(:mod:`~named_transformer.models.variants`), three ways to compute the same function:
+
+- :data:`MATERIALISE`: the named equations of
+  :func:`~named_transformer.core.attention.attention_weights` and
+  :func:`~named_transformer.core.attention.attend`; it returns the weights $A$, and
+  only it can add a value term $U(A)$ (relative positions).
+- :class:`Blockwise`: ``block`` keys at a time with an online softmax
+  (:func:`~named_transformer.core.blockwise.blockwise_attention`), never holding $A$.
+- :data:`FUSED`: PyTorch's ``scaled_dot_product_attention``
+  (:func:`~named_transformer.core.attention.fused_attention`).
+
+Each takes queries, keys and values with the same axes, keys and values possibly of
+size 1 where the queries are larger (the grouped heads' ``group`` axis), and a mask
+and a bias that broadcast against the scores. ``dropout`` is the probability of
+dropping a weight, 0 outside training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from named_transformer.core.attention import attend, attention_weights, fused_attention
+from named_transformer.core.blockwise import blockwise_attention
+from named_transformer.core.dropout import dropout as drop
+
+__all__ = ["FUSED", "MATERIALISE", "Blockwise", "Core", "Fused", "Materialise"]
+
+ValueTerm = Callable[[Tensor], Tensor]
+
+
+# --8<-- [start:cores]
+class Core:
+    """How the attention is computed; returns (outputs, weights or None)."""
+
+    name = "core"
+    returns_weights = False
+
+    def __call__(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        bias: Tensor | None,
+        dropout: float,
+        value_term: ValueTerm | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        raise NotImplementedError
+
+
+class Materialise(Core):
+    r"""$A = \nfun{seq}{softmax}(S + B + M)$, then $\text{Dropout}(A) \ndot{seq} V$
+    (+ $U(\text{Dropout}(A))$): the equations as the pages write them."""
+
+    name = "materialising"
+    returns_weights = True
+
+    def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
+        weights = attention_weights(queries, keys, mask, score_bias=bias)
+        dropped = drop(weights, dropout, dropout > 0.0)
+        outputs = attend(dropped, values)
+        if value_term is not None:
+            outputs = outputs + value_term(dropped)
+        return outputs, weights
+
+
+@dataclass(frozen=True)
+class Blockwise(Core):
+    """``block`` queries and keys at a time, with an online softmax."""
+
+    block: int = 128
+    name = "blockwise"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.block, bool) or self.block < 1:
+            raise ValueError(
+                f"block must be a positive number of positions, got {self.block!r}"
+            )
+
+    def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
+        outputs = blockwise_attention(
+            queries, keys, values, mask, self.block,
+            score_bias=bias, dropout=dropout, training=dropout > 0.0,
+        )  # fmt: skip
+        return outputs, None
+
+
+class Fused(Core):
+    """PyTorch's fused ``scaled_dot_product_attention``."""
+
+    name = "fused"
+
+    def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
+        outputs = fused_attention(
+            queries, keys, values, mask, dropout, dropout > 0.0, score_bias=bias
+        )
+        return outputs, None
+
+
+MATERIALISE = Materialise()
+FUSED = Fused()
+# --8<-- [end:cores]
