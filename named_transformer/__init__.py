@@ -69,12 +69,15 @@ from named_transformer.interop.pytorch import (
     to_torch,
 )
 from named_transformer.models.alibi import (
+    ALiBi,
     ALiBiMultiHeadAttention,
     alibi_attend_heads,
     alibi_multihead_attention,
 )
+from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
+from named_transformer.models.cores import Blockwise, Fused, Materialise
 from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.embedding import (
     LearnedPositions,
@@ -94,19 +97,24 @@ from named_transformer.models.grouped import (
 )
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import (
+    Heads,
     MultiHeadAttention,
     attend_grouped_heads,
     attend_heads,
+    attend_projected,
     grouped_query_attention,
     merge_heads,
+    multihead,
     multihead_attention,
     multihead_self_attention,
     project_heads,
+    project_qkv,
     stack_qkv,
     stacked_projection,
 )
 from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.relative import (
+    Relative,
     RelativeMultiHeadAttention,
     relative_attend,
     relative_attention_weights,
@@ -121,6 +129,7 @@ from named_transformer.models.rnn import (
     lstm_cell,
 )
 from named_transformer.models.rotary import (
+    Rotary,
     RotaryMultiHeadAttention,
     rotary_multihead_attention,
     rotate_heads,
@@ -145,6 +154,11 @@ from named_transformer.models.text_encoder import (
     dense,
 )
 from named_transformer.models.transformer import Transformer, TransformerStacks
+from named_transformer.models.variants import (
+    AttentionVariant,
+    Positions,
+    register_positions,
+)
 from named_transformer.pretrained import (
     SentenceEncoder,
     Tokenized,
@@ -287,5 +301,20 @@ __all__ = [
     "run_onnx",
     "from_tracr",
     "cached_self_attention",
+    # 0.5.0: one multi-head attention, its variants as parts
+    "ALiBi",
+    "AttentionVariant",
+    "AttentionWeights",
+    "Blockwise",
+    "Fused",
+    "Heads",
+    "Materialise",
+    "Positions",
+    "Relative",
+    "Rotary",
+    "attend_projected",
+    "multihead",
+    "project_qkv",
+    "register_positions",
 ]
 __version__ = "0.4.0"

@@ -135,11 +135,16 @@ ADDED_IN_0_3_0 = [
     "rotary_multihead_attention", "rotate_heads", "blockwise_attention",
 ]  # fmt: skip
 ADDED_IN_0_4_0 = ["export_onnx", "run_onnx", "from_tracr", "cached_self_attention"]
+ADDED_IN_0_5_0 = [
+    "ALiBi", "AttentionVariant", "AttentionWeights", "Blockwise", "Fused", "Heads",
+    "Materialise", "Positions", "Relative", "Rotary", "attend_projected", "multihead",
+    "project_qkv", "register_positions",
+]  # fmt: skip
 
 
 def test_the_public_api_is_what_it_was_plus_what_each_version_added():
     assert sorted(nt.__all__) == sorted(
-        PUBLIC + ADDED_IN_0_2_0 + ADDED_IN_0_3_0 + ADDED_IN_0_4_0
+        PUBLIC + ADDED_IN_0_2_0 + ADDED_IN_0_3_0 + ADDED_IN_0_4_0 + ADDED_IN_0_5_0
     )
     missing = [name for name in nt.__all__ if not hasattr(nt, name)]
     assert not missing, missing

@@ -44,6 +44,8 @@ class TransformerConfig:
     # causal self-attention sees only the last `window` positions, itself included
     # (sliding_window_mask; decoder-only blocks and the decoder); None = all
     window: int | None = None
+    # rotary positions' base theta (RoFormer and Llama 1-2: 10000; Llama 3: 500000)
+    rotary_base: float = 10000.0
 
     def __post_init__(self) -> None:
         for name in ("encoder_layers", "decoder_layers"):
@@ -76,6 +78,10 @@ class TransformerConfig:
             raise ValueError(
                 f"kv_heads={self.kv_heads} must divide heads={self.heads} "
                 "(each key/value head serves heads/kv_heads query heads)"
+            )
+        if self.rotary_base <= 1.0:
+            raise ValueError(
+                f"rotary_base must be greater than 1, got {self.rotary_base}"
             )
         if self.window is not None and self.window < 1:
             raise ValueError(

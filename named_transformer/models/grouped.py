@@ -45,9 +45,6 @@ __all__ = [
     "grouped_attend",
     "grouped_attention",
     "grouped_attention_weights",
-    "merge_groups",
-    "share_over_group",
-    "split_groups",
 ]
 
 
@@ -59,7 +56,7 @@ def _check_groups(heads: int, kv_heads: int) -> None:
         )
 
 
-def split_groups(tensor: Tensor, kv_heads: int) -> Tensor:
+def _split_groups(tensor: Tensor, kv_heads: int) -> Tensor:
     """``heads -> (kv_heads group)`` on the third axis from the end, checked; a
     size-1 axis there (shared by all heads) becomes two size-1 axes."""
     if tensor.shape[-3] == 1:
@@ -71,7 +68,7 @@ def split_groups(tensor: Tensor, kv_heads: int) -> Tensor:
     )  # fmt: skip
 
 
-def share_over_group(tensor: Tensor) -> Tensor:
+def _share_over_group(tensor: Tensor) -> Tensor:
     """Keys, values or a lifted mask with a size-1 ``group`` axis before the last
     two: lifted over the group."""
     return rearrange(tensor, "... seq x -> ... 1 seq x")
@@ -84,7 +81,7 @@ def _lift(mask: Tensor | None) -> Tensor | None:
     return rearrange(mask, "... seq_q seq -> ... 1 1 seq_q seq")
 
 
-def merge_groups(tensor: Tensor) -> Tensor:
+def _merge_groups(tensor: Tensor) -> Tensor:
     """``(kv_heads group) -> heads``: back to one axis of query heads."""
     return rearrange(
         tensor, "... kv_heads group seq_q x -> ... (kv_heads group) seq_q x"
@@ -103,7 +100,7 @@ def group_queries(
     ``ValueError`` names both numbers when ``kv_heads`` does not divide the heads.
     """
     _check_groups(queries.shape[-3], kv_heads)
-    return split_groups(queries, kv_heads)
+    return _split_groups(queries, kv_heads)
 
 
 # --8<-- [end:group_queries]
@@ -127,11 +124,11 @@ def grouped_attention_weights(
     $\mathsf{group}$ axis: it is broadcast, never copied. The mask $M$ and the bias
     $B$ are shared by all heads.
     """
-    grouped = split_groups(queries, keys.shape[-3])
+    grouped = _split_groups(queries, keys.shape[-3])
     weights = attention_weights(
-        grouped, share_over_group(keys), _lift(mask), score_bias=_lift(score_bias)
+        grouped, _share_over_group(keys), _lift(mask), score_bias=_lift(score_bias)
     )
-    return merge_groups(weights)
+    return _merge_groups(weights)
 
 
 # --8<-- [end:grouped_attention_weights]
@@ -146,8 +143,8 @@ def grouped_attend(
     r"""$A_{\mathsf{heads}\to(\mathsf{kv\_heads},\mathsf{group})} \ndot{seq} V$, then
     $(\mathsf{kv\_heads}, \mathsf{group}) \to \mathsf{heads}$: each query head's
     average of its group's values."""
-    grouped = split_groups(weights, values.shape[-3])
-    return merge_groups(attend(grouped, share_over_group(values)))
+    grouped = _split_groups(weights, values.shape[-3])
+    return _merge_groups(attend(grouped, _share_over_group(values)))
 
 
 # --8<-- [end:grouped_attend]

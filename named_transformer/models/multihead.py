@@ -60,9 +60,9 @@ from named_transformer.core.feedforward import _plus_bias
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.cores import FUSED, MATERIALISE, Blockwise, Core
 from named_transformer.models.grouped import (
-    merge_groups,
-    share_over_group,
-    split_groups,
+    _merge_groups,
+    _share_over_group,
+    _split_groups,
 )
 from named_transformer.models.legacy import keeps_signature
 from named_transformer.models.parameters import CountsParameters
@@ -188,7 +188,10 @@ def stacked_projection(
 
 
 
-def stacked_weights(weights: AttentionWeights) -> tuple[Tensor, Tensor | None]:
+@checked
+def stacked_weights(
+    weights: AttentionWeights,
+) -> tuple[Float[Tensor, "qkv layer"], Float[Tensor, " qkv"] | None]:
     """$W_{qkv}$ and $b_{qkv}$ (None without biases) of stackable weights."""
     b_qkv = None
     if weights.b_q is not None:
@@ -309,14 +312,14 @@ def attend_projected(
     kv_heads = keys.shape[-3]
     grouped = kv_heads != queries.shape[-3]
     if grouped:
-        queries = split_groups(queries, kv_heads)
-        keys, values = share_over_group(keys), share_over_group(values)
-        mask = None if mask is None else share_over_group(mask)
-        bias = None if bias is None else split_groups(bias, kv_heads)
+        queries = _split_groups(queries, kv_heads)
+        keys, values = _share_over_group(keys), _share_over_group(values)
+        mask = None if mask is None else _share_over_group(mask)
+        bias = None if bias is None else _split_groups(bias, kv_heads)
     outputs, weights = core(queries, keys, values, mask, bias, dropout, value_term)
     if grouped:
-        outputs = merge_groups(outputs)
-        weights = None if weights is None else merge_groups(weights)
+        outputs = _merge_groups(outputs)
+        weights = None if weights is None else _merge_groups(weights)
     return merge_heads(outputs, w_o, b_o), weights
 
 
@@ -324,7 +327,10 @@ def attend_projected(
 
 
 # --8<-- [start:multihead]
-def place(heads: Heads, positions: Positions, offset: int | Tensor = 0) -> Heads:
+@checked
+def place(
+    heads: Heads, positions: Positions, offset: int | Int[Tensor, " 1"] = 0
+) -> Heads:
     """The queries rotated from position ``offset``, the keys from 0 (a no-op for
     schemes that do not rotate)."""
     return heads._replace(
@@ -367,9 +373,12 @@ def multihead(
 # --8<-- [end:multihead]
 
 
+@checked
 def run_legacy(
     arguments: Mapping[str, Any], positions: Positions = NO_POSITIONS
-) -> tuple[Tensor, Tensor | None]:
+) -> tuple[
+    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
+]:
     """A 0.4.0 functional attention's bound arguments, run by the pipeline."""
     if arguments.get("fused"):
         core = FUSED

@@ -14,15 +14,17 @@ with the :func:`register` decorator.
   :class:`~named_transformer.workflows.sentiment.BagOfWords`.
 
 The Transformer kinds take ``spec["positions"]``: ``sinusoidal`` (the paper),
-``learned`` (a table of ``max_positions`` rows) or ``relative`` (Shaw et al.: every
-self-attention becomes
-:class:`~named_transformer.models.relative.RelativeMultiHeadAttention` with clipping
-distance ``max_distance``, and nothing is added to the embeddings), ``rotary`` (RoPE:
-every self-attention becomes
-:class:`~named_transformer.models.rotary.RotaryMultiHeadAttention`) or ``alibi``
+``learned`` (a table of ``max_positions`` rows), or the name of a position scheme of
+the attention registered in
+:data:`~named_transformer.models.variants.POSITION_SCHEMES`: ``relative`` (Shaw et
+al.: :class:`~named_transformer.models.relative.RelativeMultiHeadAttention` with
+clipping distance ``max_distance``), ``rotary`` (RoPE:
+:class:`~named_transformer.models.rotary.RotaryMultiHeadAttention`, base
+``config.rotary_base``) or ``alibi``
 (:class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`, causal in decoders,
-symmetric in encoders). Cross-attention keeps no positions in every case: its queries
-and its keys (the encoder output) already carry their own.
+symmetric in encoders). With a scheme, every self-attention becomes that scheme's
+module and nothing is added to the embeddings. Cross-attention keeps no positions in
+every case: its queries and its keys (the encoder output) already carry their own.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+import named_transformer.models.alibi  # noqa: F401  (registers "alibi")
+import named_transformer.models.relative  # noqa: F401  (registers "relative")
+import named_transformer.models.rotary  # noqa: F401  (registers "rotary")
 from named_transformer.axes import checked
 from named_transformer.core.dropout import dropout
 from named_transformer.decoding import (
@@ -45,15 +50,13 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
-from named_transformer.models.alibi import ALiBiMultiHeadAttention
 from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import DecoderLayer
 from named_transformer.models.embedding import LearnedPositions
 from named_transformer.models.language_model import LanguageModel
-from named_transformer.models.relative import RelativeMultiHeadAttention
-from named_transformer.models.rotary import RotaryMultiHeadAttention
 from named_transformer.models.transformer import Transformer
+from named_transformer.models.variants import POSITION_SCHEMES, SchemeRequest
 from named_transformer.workflows.batches import (
     collate,
     collate_classify,
@@ -122,42 +125,29 @@ class ModelKind:
             model.positions = LearnedPositions(
                 spec["max_positions"], config.layer, dropout=config.dropout
             )
-        elif spec["positions"] == "relative":
-            if config.kv_heads not in (None, config.heads):
-                raise ValueError(
-                    "relative positions have no grouped-query form: "
-                    f"kv_heads={config.kv_heads} needs positions other than relative"
-                )
+        elif spec["positions"] in POSITION_SCHEMES:  # a scheme of the attention
             model.positions = NoPositions(config.dropout)
-            for module in list(model.modules()):
-                attention = getattr(module, "self_attention", None)
-                if attention is not None:
-                    module.self_attention = RelativeMultiHeadAttention(
-                        config.layer, config.heads, spec["max_distance"],
-                        dropout=config.dropout,
-                    )  # fmt: skip
-        elif spec["positions"] in ("rotary", "alibi"):
-            model.positions = NoPositions(config.dropout)
-            options = {"dropout": config.dropout, "fused": config.fused_attention}
+            build = POSITION_SCHEMES[spec["positions"]]
             for module in list(model.modules()):
                 if getattr(module, "self_attention", None) is None:
                     continue
                 # keep the replaced module's key/value heads (grouped-query)
                 kv_heads = getattr(module.self_attention, "kv_heads", config.heads)
-                grouped = {} if kv_heads == config.heads else {"kv_heads": kv_heads}
-                if spec["positions"] == "rotary":
-                    attention = RotaryMultiHeadAttention(
-                        config.layer, config.heads, **options, **grouped
+                module.self_attention = build(
+                    SchemeRequest(
+                        config.layer, config.heads,
+                        options={
+                            "dropout": config.dropout,
+                            "fused": config.fused_attention,
+                            "kv_heads": kv_heads,
+                        },
+                        # an encoder's layers attend both ways
+                        causal=isinstance(module, DecoderLayer)
+                        or isinstance(model, LanguageModel),
+                        max_distance=spec.get("max_distance"),
+                        rotary_base=config.rotary_base,
                     )
-                else:  # an encoder's layers attend both ways: |i - j|
-                    causal = isinstance(module, DecoderLayer) or isinstance(
-                        model, LanguageModel
-                    )
-                    attention = ALiBiMultiHeadAttention(
-                        config.layer, config.heads, symmetric=not causal,
-                        **options, **grouped,
-                    )  # fmt: skip
-                module.self_attention = attention
+                )  # fmt: skip
         return model
 
     def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
