@@ -7,10 +7,10 @@ the new token: its query is at position ``offset`` = cache length and attends th
 keys plus its own (:func:`~named_transformer.core.masks.causal_mask` and
 :func:`~named_transformer.core.positions.relative_position_index` both take that
 offset). In cross-attention the keys and values of the memory are computed once. The
-cached step is built from the modules' own equations
+cached step is built from the modules' own pipeline
 (:func:`~named_transformer.models.multihead.stacked_projection` through the NYU notes'
-$W_{qkv}$, stacked once per decoding,
-:func:`~named_transformer.models.multihead.attend_heads`, the relative terms) and gives
+$W_{qkv}$, stacked once per decoding, the module's position part, and
+:func:`~named_transformer.models.multihead.attend_projected` with its core) and gives
 the same log-probabilities as recomputing the whole prefix (a test checks ≤ 1e-5). The
 cache keeps room to spare along $\mathsf{seq}$, so a step writes only its own keys and
 values.
@@ -128,11 +128,9 @@ class IncrementalDecoder:
     Works for :class:`~named_transformer.models.transformer.Transformer` (pass
     ``source`` and ``source_mask``; the memory is encoded once) and for
     :class:`~named_transformer.models.language_model.LanguageModel` (no source).
-    Self-attention modules may be
-    :class:`~named_transformer.models.relative.RelativeMultiHeadAttention`,
-    :class:`~named_transformer.models.rotary.RotaryMultiHeadAttention` (the new keys are
-    cached already rotated at their own positions) or
-    :class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`. Call it with
+    Self-attention modules may carry any position scheme (relative, rotary: the new
+    keys are cached already rotated at their own positions; ALiBi) and any core:
+    each step runs the module's own pipeline. Call it with
     the whole prefix so far; with ``cache=True`` only the positions not yet seen are
     computed. :meth:`select` keeps (and repeats) rows, for beam search.
 

@@ -309,6 +309,7 @@ def attend_projected(
     value_term = None
     if positions.uses_weights:
         value_term = functools.partial(positions.value_term, offset=offset)
+    # --8<-- [start:grouping]
     kv_heads = keys.shape[-3]
     grouped = kv_heads != queries.shape[-3]
     if grouped:
@@ -320,6 +321,7 @@ def attend_projected(
     if grouped:
         outputs = _merge_groups(outputs)
         weights = None if weights is None else _merge_groups(weights)
+    # --8<-- [end:grouping]
     return merge_heads(outputs, w_o, b_o), weights
 
 
