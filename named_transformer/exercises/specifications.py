@@ -1,0 +1,62 @@
+"""The exercises whose library function no longer carries its own signature.
+
+Since the one multi-head pipeline (``models.multihead.multihead``, weights in an
+``AttentionWeights``), the library keeps 0.4.0's functional ``multihead_attention`` as
+a shim (``models.legacy.keeps_signature``): the same arguments, but no annotations and
+no docstring of its own, so no skeleton could be generated from it. The exercise keeps
+the 0.4.0 form, every weight an argument: its annotated signature and docstring are
+here, the skeleton's source, and its body is the library's shim.
+"""
+
+from __future__ import annotations
+
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from named_transformer.axes import checked
+from named_transformer.models import multihead as _library
+
+__all__ = ["multihead_attention"]
+
+
+@checked
+def multihead_attention(
+    inputs: Float[Tensor, "*batch seq_q layer"],
+    memory: Float[Tensor, "*batch seq memory"],
+    w_q: Float[Tensor, "heads layer key"],
+    w_k: Float[Tensor, "heads memory key"],
+    w_v: Float[Tensor, "heads value_memory val"],
+    w_o: Float[Tensor, "heads val layer"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
+    b_q: Float[Tensor, "heads key"] | None = None,
+    b_k: Float[Tensor, "heads key"] | None = None,
+    b_v: Float[Tensor, "heads val"] | None = None,
+    b_o: Float[Tensor, " layer"] | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+    fused: bool = False,
+    *,
+    values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
+    block: int | None = None,
+) -> tuple[
+    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
+]:
+    r"""Multi-head attention of ``inputs`` over ``memory``, the weights passed in.
+
+    $$W^O \ndot{heads, val} \text{Attention}(
+      W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}},
+      W^K \ndot{memory} X_m, W^V \ndot{memory_v} X_v, M, B).$$
+
+    Self-attention passes the inputs as the memory ($\mathsf{memory} = \mathsf{layer}$);
+    cross-attention passes the encoder output. The values come from the memory too,
+    $X_v = X_m$, unless ``values_from`` gives a source $X_v$ of their own, of width
+    $\mathsf{memory_v}$ (PyTorch's ``vdim`` when it differs from ``kdim``).
+    ``score_bias`` is the additive bias $B$, shared by all heads. Returns (output,
+    weights); the weights are None with ``fused=True`` or a ``block`` (neither forms
+    the whole table of weights).
+    """
+    return _library.multihead_attention(
+        inputs, memory, w_q, w_k, w_v, w_o, mask, b_q, b_k, b_v, b_o, dropout,
+        training, fused, values_from=values_from, score_bias=score_bias, block=block,
+    )  # fmt: skip
