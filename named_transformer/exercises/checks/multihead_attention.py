@@ -1,0 +1,168 @@
+"""Checks of the page "Multi-head attention": ``project_heads``, ``merge_heads``,
+``multihead_attention``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from named_transformer.exercises.checks._references import (
+    _causal,
+    _head_weights,
+    _heads,
+    _key_padding,
+    _large_head_weights,
+    _merge,
+    _multihead,
+)
+from named_transformer.exercises.checks._support import (
+    Check,
+    _close,
+    _randn,
+    _rejects,
+    _stable,
+    _unpack,
+)
+
+
+def project_heads_matches_equation(impl: Check) -> None:
+    """W ·layer X + b, one (layer, key) matrix per head."""
+    inputs, weight = _randn(2, 5, 4, seed=34), _randn(3, 4, 6, seed=35)
+    bias = _randn(3, 6, seed=36)
+    _close(impl(inputs, weight), _heads(inputs, weight), "X·W_h for each head h",
+           "without a bias")  # fmt: skip
+    _close(impl(inputs, weight, bias), _heads(inputs, weight, bias),
+           "X·W_h + b_h for each head h", "with a bias")  # fmt: skip
+
+
+def project_heads_wrong_shape(impl: Check) -> None:
+    """A weight reading another width is a shape error naming layer."""
+    _rejects(lambda: impl(_randn(2, 5, 4), _randn(3, 7, 6)),
+             "a weight reading 7 features from inputs 4 wide")  # fmt: skip
+
+
+def merge_heads_matches_concatenation(impl: Check) -> None:
+    """W^O ·heads,val Y equals concatenating the heads, then the linear map W^O."""
+    heads_out, w_o = _randn(2, 3, 5, 4, seed=37), _randn(3, 4, 6, seed=38)
+    b_o = _randn(6, seed=39)
+    _close(impl(heads_out, w_o), _merge(heads_out, w_o),
+           "concatenating the heads then W^O (heads-major, as Vaswani et al.)",
+           "without a bias")  # fmt: skip
+    _close(impl(heads_out, w_o, b_o), _merge(heads_out, w_o, b_o),
+           "concatenating the heads then W^O + b^O", "with a bias")  # fmt: skip
+
+
+def merge_heads_wrong_shape(impl: Check) -> None:
+    """W^O with heads and val swapped is a shape error."""
+    _rejects(lambda: impl(_randn(2, 3, 5, 4), _randn(4, 3, 6)),
+             "W^O of shape (val, heads, layer)")  # fmt: skip
+
+
+def _same_pair(mine: Any, expected: tuple[Tensor, Tensor], where: str) -> None:
+    output, weights = _unpack(mine, "output, weights")
+    if weights is None:
+        raise AssertionError("returns no attention weights (None) with fused=False")
+    _close(output, expected[0], "the heads' attention merged by W^O", where)
+    _close(weights, expected[1], "each head's softmax(Q·K/√|key|)",
+           f"(the weights) {where}")  # fmt: skip
+
+
+def multihead_self_attention_causal(impl: Check) -> None:
+    """Self-attention with a causal mask: output and per-head weights."""
+    inputs, weights = _randn(2, 4, 6, seed=44), _head_weights(6, 6, 40)
+    mask = _causal(4, 4)
+    _same_pair(impl(inputs, inputs, *weights, mask),
+               _multihead(inputs, inputs, *weights, mask),
+               "in self-attention with a causal mask")  # fmt: skip
+
+
+def multihead_cross_attention_padding(impl: Check) -> None:
+    """Cross-attention over a memory of another width, with a key padding mask."""
+    inputs, memory = _randn(2, 3, 6, seed=45), _randn(2, 5, 7, seed=46)
+    weights, mask = _head_weights(6, 7, 40), _key_padding([2, 5], 5)
+    _same_pair(impl(inputs, memory, *weights, mask),
+               _multihead(inputs, memory, *weights, mask),
+               "in cross-attention with a padding mask")  # fmt: skip
+
+
+def multihead_attention_biases(impl: Check) -> None:
+    """b^Q, b^K, b^V (one per head) are added to the projections, b^O to the
+    output."""
+    inputs, memory = _randn(2, 3, 6, seed=47), _randn(2, 5, 7, seed=48)
+    weights = _head_weights(6, 7, 40)
+    biases = (_randn(2, 3, seed=49), _randn(2, 3, seed=50), _randn(2, 5, seed=51),
+              _randn(6, seed=52))  # fmt: skip
+    _same_pair(impl(inputs, memory, *weights, None, *biases),
+               _multihead(inputs, memory, *weights, None, biases),
+               "with the biases b^Q, b^K, b^V and b^O")  # fmt: skip
+
+
+def multihead_attention_values_from(impl: Check) -> None:
+    """``values_from`` gives the values a source of their own, of another width."""
+    inputs, memory = _randn(2, 3, 6, seed=53), _randn(2, 5, 7, seed=54)
+    source = _randn(2, 5, 4, seed=55)
+    w_q, w_k, _, w_o = _head_weights(6, 7, 40)
+    w_v = _randn(2, 4, 5, seed=56)
+    _same_pair(impl(inputs, memory, w_q, w_k, w_v, w_o, values_from=source),
+               _multihead(inputs, memory, w_q, w_k, w_v, w_o, values_from=source),
+               "with values_from: the values are W^V·X_v, not W^V·memory")  # fmt: skip
+
+
+def multihead_attention_score_bias(impl: Check) -> None:
+    """``score_bias`` B is added to every head's scaled scores."""
+    inputs, weights = _randn(2, 4, 6, seed=57), _head_weights(6, 6, 40)
+    bias = _randn(4, 4, seed=58)
+    _same_pair(impl(inputs, inputs, *weights, score_bias=bias),
+               _multihead(inputs, inputs, *weights, score_bias=bias),
+               "with a score bias, shared by all heads")  # fmt: skip
+
+
+def multihead_attention_fused_or_blocked(impl: Check) -> None:
+    """With ``fused=True`` or a ``block``, the same output and None for the
+    weights."""
+    inputs, weights = _randn(2, 4, 6, seed=59), _head_weights(6, 6, 40)
+    mask = _causal(4, 4)
+    expected = _multihead(inputs, inputs, *weights, mask)[0]
+    for how, options in (("fused=True", {"fused": True}), ("block=2", {"block": 2})):
+        output, returned = _unpack(impl(inputs, inputs, *weights, mask, **options),
+                                   "output, weights")  # fmt: skip
+        _close(output, expected, "the heads' attention merged by W^O", f"with {how}")
+        if returned is not None:
+            raise AssertionError(
+                f"returns attention weights with {how}; they are None there (the "
+                "fused kernel and the blockwise loop never form the whole table)"
+            )
+
+
+def multihead_attention_stable_at_large_scores(impl: Check) -> None:
+    """Head 0's scores about +2e4, head 1's about -2e4, in float32: no overflow."""
+    inputs, weights = _large_head_weights(seed=60)
+    mask = _causal(4, 4)
+    output, returned = _unpack(impl(inputs, inputs, *weights, mask),
+                               "output, weights")  # fmt: skip
+    in_float64 = [w.double() for w in weights]
+    expected = _multihead(inputs.double(), inputs.double(), *in_float64, mask)
+    _stable(returned, expected[1], "each head's softmax(Q·K/√|key| + M)")
+    _stable(output, expected[0], "the heads' attention merged by W^O")
+
+
+def multihead_attention_wrong_shape(impl: Check) -> None:
+    """W^K reading the inputs' width while the memory is wider is a shape error."""
+    inputs, memory = _randn(2, 3, 6), _randn(2, 5, 7)
+    w_q, _, w_v, w_o = _head_weights(6, 7, 40)
+    _rejects(lambda: impl(inputs, memory, w_q, _randn(2, 6, 3), w_v, w_o),
+             "W^K reading 6 features from a memory 7 wide")  # fmt: skip
+
+
+CHECKS: dict[str, tuple[Check, ...]] = {
+    "project_heads": (project_heads_matches_equation, project_heads_wrong_shape),
+    "merge_heads": (merge_heads_matches_concatenation, merge_heads_wrong_shape),
+    "multihead_attention": (multihead_self_attention_causal,
+                            multihead_cross_attention_padding,
+                            multihead_attention_biases, multihead_attention_values_from,
+                            multihead_attention_score_bias,
+                            multihead_attention_fused_or_blocked,
+                            multihead_attention_stable_at_large_scores,
+                            multihead_attention_wrong_shape),
+}  # fmt: skip
