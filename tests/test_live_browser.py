@@ -13,7 +13,10 @@ chooses into the widget's text box and waits for ``data-runs`` to go up, then re
 Inputs: the sidecar's example, the longest allowed, one beyond it (cut, with a note),
 a non-ASCII one and an invalid one (a sentence naming what is wrong, no maps). No
 request may leave the loopback server, and the widget may not make the page scroll
-sideways at 390, 1280 or 1600 px. Screenshots of each state go to ``NT_SCREENSHOTS``
+sideways at 390, 1280 or 1600 px. A model trained on a range of lengths (the sidecar's
+``trained_lengths``) warns, in the command line's words, about a length outside it; the
+caption follows the reader's input; empty, very long and non-ASCII input is read
+without an error at 390 and 1280 px. Screenshots of each state go to ``NT_SCREENSHOTS``
 (default: a pytest temporary directory); their paths are printed.
 
 Site, server and Chromium: the fixtures of tests/conftest.py (``NT_SITE_DIR`` or a build
@@ -23,8 +26,10 @@ per session).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import functools
+import io
 import json
 import math
 import os
@@ -39,7 +44,9 @@ import torch
 from conftest import live_models_script
 from test_site_browser import open_page
 
-from named_transformer.workflows.tasks import date_formats
+from named_transformer.workflows.cli import read_input
+from named_transformer.workflows.runner import load_run
+from named_transformer.workflows.tasks import TASKS, date_formats
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("copy", "reverse", "sort", "dates", "sentiment", "basic", "minilm")
@@ -164,8 +171,8 @@ class Widget:
 
     def shot(self, folder: Path, state: str, width: int) -> Path:
         path = folder / f"{self.name}-{state}-{width}.png"
-        # Material's header stays on top of the page: hidden, it hides no widget title
-        self.page.add_style_tag(content=".md-header { visibility: hidden; }")
+        # Material's header and back-to-top button float over the page: hidden here
+        self.page.add_style_tag(content=".md-header, .md-top { visibility: hidden; }")
         self.root.screenshot(path=str(path))
         print(f"screenshot: {path}")
         return path
@@ -284,11 +291,20 @@ def compare(widget: Widget, live: dict, name: str, spec: dict, text: str,
         answer = ref.predict(cut_text(text, spec) if live["note"] else text)
         steps, sep = spec["max_steps"], spec["tokenizer"].get("sep", "")
         tokens = answer.split(sep) if sep else list(answer)
-        if len(tokens) > steps:
-            answer = sep.join(tokens[:steps])
-        assert live["output"] == answer, (
-            f"{name}: {text!r}: {live['output']!r} != {answer!r}"
-        )
+        source = next(iter(expected.values()))
+        limit = len(source) - (spec["kind"] == "decoder-only") + 12  # Python's
+        if len(tokens) >= limit:  # Python stopped at its limit, not at <eos>
+            got = live["output"].split(sep) if sep else list(live["output"])
+            both = min(limit, steps)
+            assert got[:both] == tokens[:both], (
+                f"{name}: {text!r}: {live['output']!r} != {answer!r}"
+            )
+        else:
+            if len(tokens) > steps:
+                answer = sep.join(tokens[:steps])
+            assert live["output"] == answer, (
+                f"{name}: {text!r}: {live['output']!r} != {answer!r}"
+            )
     if spec.get("output") == "label":
         log_probs = outputs[output][0]
         assert math.isclose(
@@ -517,3 +533,226 @@ def test_a_missing_model_says_which_file(server, contexts) -> None:
     assert "no-such-model.json" in live["message"] and "404" in live["message"], live
     assert live["message"] in live["shown"]
     assert not external
+
+
+# --- lengths outside training, the caption, and odd input -----------------------------
+
+
+def trained_run(name: str) -> dict[str, Any] | None:
+    """The workflow run behind live model ``name`` (None for basic and MiniLM)."""
+    script = live_models_script()
+    if name not in script.TRAINED:
+        return None
+    return load_run(script.CHECKPOINTS / f"{name}.pt")
+
+
+def cli_warning(name: str, text: str) -> str:
+    """What ``python -m named_transformer decode`` prints on stderr about ``text``."""
+    run = trained_run(name)
+    assert run is not None
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        read_input(run["spec"]["task"], text, run["vocabulary"], run["data"])
+    return stderr.getvalue().strip()
+
+
+RANGED = ("copy", "reverse", "sort")  # trained on 10 to 20 digits
+
+
+def test_sidecars_carry_the_trained_lengths(site_dir) -> None:
+    """Each sidecar of a model trained on a range of lengths says which, as its
+    checkpoint's task settings do; the others say nothing of a range."""
+    for name in MODELS:
+        spec, run = sidecar(site_dir, name), trained_run(name)
+        ranged = run is not None and TASKS[run["spec"]["task"]].lengths
+        assert ranged == (name in RANGED), name
+        if name in RANGED:
+            assert run is not None
+            expected = {"min": run["data"]["min_len"], "max": run["data"]["max_len"]}
+            assert spec["trained_lengths"] == expected, (name, spec["trained_lengths"])
+        else:
+            assert "trained_lengths" not in spec, name
+
+
+def message_shown(widget: Widget) -> dict[str, Any]:
+    """The message line as the reader sees it: its text, whether it is shown, and its
+    kind (problem, warning or a plain note)."""
+    return widget.root.locator(".nt-live__message").evaluate(
+        """m => ({text: m.textContent, shown: !m.hidden && m.offsetHeight > 0,
+                  problem: m.classList.contains("nt-live__message--problem"),
+                  warning: m.classList.contains("nt-live__message--warning")})"""
+    )
+
+
+def caption(widget: Widget) -> str:
+    return widget.root.locator(".nt-live__title").inner_text()
+
+
+@pytest.mark.parametrize("name", RANGED)
+def test_widget_warns_outside_the_trained_lengths(name, server, site_dir, widget_pages,
+                                                  contexts, shots) -> None:  # fmt: skip
+    """Shorter or longer than training: the command line's warning, the maps still
+    drawn and right; within the range: no note. The caption shows the input read and
+    the model's answer, never the sidecar's training example."""
+    spec = sidecar(site_dir, name)
+    low, high = spec["trained_lengths"]["min"], spec["trained_lengths"]["max"]
+    digits = "".join(str((3 * i + 1) % 10) for i in range(high + 5))
+    widget = open_widget(contexts[1280], server, widget_pages, name, spec["example"])
+    report = []
+    try:
+        for n in (low - 5, 1, low, high, high + 5):
+            text = digits[:n]
+            live = widget.type(text)
+            compare(widget, live, name, spec, text)  # the maps and the answer
+            shown = message_shown(widget)
+            if low <= n <= high:
+                assert live["note"] == "" and not live["warning"], live["note"]
+                assert not shown["shown"], shown
+            elif n < low:
+                assert live["warning"] and shown["warning"] and shown["shown"], shown
+                assert shown["text"] == live["note"]
+                if n > 1:  # the CLI says "1 tokens"; the widget "1 token"
+                    cli = cli_warning(name, text)
+                    assert cli.startswith("warning: "), cli
+                    assert live["note"] == f"W{cli[1:]}.", (live["note"], cli)
+                assert live["note"] == (
+                    f"Warning: the input has {n} token{'s' if n > 1 else ''} but the "
+                    f"model was trained on {low} to {high}; expect mistakes outside "
+                    "that range."
+                ), live["note"]
+            else:
+                # cut to the longest seen in training, which the warning says
+                assert cli_warning(name, text).startswith(
+                    f"warning: the input has {n} tokens but the model was trained on "
+                    f"{low} to {high}"
+                )
+                most = spec["max_length"]
+                assert live["note"] == (
+                    f"Warning: the input has {n} tokens but the model was trained on "
+                    f"{low} to {high}; only the first {most} are used."
+                ), live["note"]
+                assert live["warning"] and shown["warning"] and shown["shown"], shown
+                text = text[:most]
+            assert caption(widget) == f"{name}: “{text}” → “{live['output']}”"
+            assert spec["example"] not in caption(widget) or spec["example"] in text
+            report.append(f"{n} digits: {live['note'] or 'no note'}")
+            widget.shot(shots, f"length-{n}", 1280)
+    finally:
+        widget.page.close()
+    print(f"{name}: " + "; ".join(report))
+    assert not widget.external, f"requests left the site: {widget.external}"
+    assert not widget.errors, f"console errors: {widget.errors}"
+
+
+NON_ASCII = "naïve café 日本 🙂"
+
+
+def long_input(spec: dict[str, Any]) -> str:
+    """At least 500 characters of what the model reads, more tokens than its
+    ``max_length``."""
+    tokenizer, most = spec["tokenizer"], spec["max_length"]
+    reads = tokenizer["reads"]
+    if reads == "digits":
+        return "".join(str((7 * i + 3) % 10) for i in range(max(500, most + 1)))
+    if reads == "characters":
+        piece = spec["example"] + " "
+    elif reads == "words":
+        specials = {tokenizer[k] for k in ("pad", "bos", "eos", "unk")}
+        known = [w for i, w in enumerate(tokenizer["vocabulary"]) if i not in specials
+                 and re.fullmatch(tokenizer["pattern"], w)]  # fmt: skip
+        piece = " ".join(known[:40]) + " "
+    else:  # WordPiece: "good" and "." are one piece each
+        piece = "good. "
+    text = piece
+    while len(text) < 500 or len(text.split()) <= most:
+        text += piece
+    return text.strip()
+
+
+# state -> text; whether the model can read it depends on its vocabulary
+def odd_inputs(spec: dict[str, Any]) -> dict[str, str]:
+    return {"empty": "", "spaces": "   ", "long": long_input(spec),
+            "long prose": ("The quick brown fox jumps over the lazy dog; "
+                           "Zoë's café served crème brûlée. ") * 7,
+            "non-ascii": NON_ASCII}  # fmt: skip
+
+
+def readable(sentence: str) -> bool:
+    """A sentence: a capital letter or an opening quote first, a full stop last."""
+    return bool(re.fullmatch(r"[A-Z“].*\.", sentence, re.S)) and len(sentence) < 600
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_widget_reads_odd_input(name, server, site_dir, widget_pages, contexts,
+                                shots) -> None:  # fmt: skip
+    """Empty, blank, very long (500+ characters) and non-ASCII input at 1280 and 390 px:
+    no console error or uncaught exception, no sideways scrolling, a readable sentence
+    where the input cannot be used (and no maps), the maps drawn where it can (right,
+    at 1280 px), and a caption that follows the input."""
+    spec = sidecar(site_dir, name)
+    follows = spec.get("output") in ("tokens", "label")
+    report = []
+    for width in (1280, 390):
+        widget = open_widget(contexts[width], server, widget_pages, name)
+        try:
+            for state, text in odd_inputs(spec).items():
+                live = widget.type(text)
+                shown = message_shown(widget)
+                fit = widget.root.evaluate(FITS_JS)
+                where = f"{name} at {width} px, {state}"
+                assert fit["page"] <= fit["client"] + 1, f"{where}: page {fit}"
+                assert fit["widget"] <= fit["widgetClient"] + 1, f"{where}: {fit}"
+                assert fit["right"] <= fit["articleRight"] + 1, f"{where}: {fit}"
+                assert live["state"] == "ready", f"{where}: {live['message']}"
+                chips = widget.root.locator(".nt-live__tokens .nt-live__token").count()
+                if live["message"]:  # the input cannot be used
+                    assert readable(live["message"]), f"{where}: {live['message']!r}"
+                    assert shown["shown"] and shown["problem"], f"{where}: {shown}"
+                    assert shown["text"] == live["message"]
+                    assert live["ids"] == {} and not fit["canvas"] and chips == 0, where
+                    if follows:
+                        assert caption(widget) == spec["name"], where
+                    if state in ("empty", "spaces"):
+                        assert live["message"].startswith("Type"), live["message"]
+                    report.append(f"{width} {state}: {live['message']}")
+                else:
+                    assert state not in ("empty", "spaces"), f"{where}: no message"
+                    if state == "long":
+                        assert spec.get("max_length"), where
+                    if width == 1280:
+                        compare(widget, live, name, spec, text)
+                    for entry in spec["attention"]:  # every map has its tokens
+                        queries = live["queries"][entry["output"]]
+                        assert queries and live["keys"][entry["output"]], where
+                    assert fit["canvas"], f"{where}: no map drawn"
+                    grid = json.loads(
+                        widget.root.locator("canvas").first.get_attribute("data-grid")
+                    )
+                    assert grid["rows"] >= 1 and grid["cols"] >= 1 and grid["cell"] > 0
+                    used = chips
+                    if live["note"]:
+                        most = spec["max_length"]
+                        assert readable(live["note"]), f"{where}: {live['note']!r}"
+                        assert shown["shown"] and shown["text"] == live["note"], where
+                        assert f"only the first {most} are used" in live["note"], where
+                        assert used == most, f"{where}: {used} tokens shown"
+                    else:
+                        assert state != "long", f"{where}: cut without a note"
+                        assert not shown["shown"], f"{where}: {shown}"
+                    if follows:  # input and output shown up to 48 characters
+                        shown_output = live["output"]
+                        if len(shown_output) > 48:
+                            shown_output = shown_output[:47] + "…"
+                        assert caption(widget).startswith(f"{spec['name']}: “"), where
+                        assert caption(widget).endswith(f" → “{shown_output}”"), where
+                        assert len(caption(widget)) <= len(spec["name"]) + 2 * 48 + 9
+                    else:
+                        assert caption(widget) == spec["title"], where
+                    report.append(f"{width} {state}: {used} tokens, "
+                                  f"note {live['note']!r}")  # fmt: skip
+                widget.shot(shots, f"odd-{state.replace(' ', '-')}", width)
+        finally:
+            widget.page.close()
+        assert not widget.external, f"requests left the site: {widget.external}"
+        assert not widget.errors, f"{name} at {width} px: console: {widget.errors}"
+    print(f"{name}: " + "; ".join(report))

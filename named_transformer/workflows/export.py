@@ -24,8 +24,9 @@ __all__ = ["add_commands", "export_checkpoint", "export_minilm", "task_metadata"
 
 def task_metadata(run: dict[str, Any]) -> dict[str, Any]:
     """The sidecar entries of a run loaded by :func:`~named_transformer.workflows.
-    runner.load_run`: title, example input, tokenizer, longest input, labels or the
-    most decoding steps."""
+    runner.load_run`: title, example input, tokenizer, longest input, the range of
+    lengths trained on (tasks whose lengths are set), labels or the most decoding
+    steps."""
     spec, vocabulary, data = run["spec"], run["vocabulary"], run["data"]
     task, info = spec["task"], TASKS[spec["task"]]
     lengths = {k: data[k] for k in ("min_len", "max_len")}
@@ -44,6 +45,8 @@ def task_metadata(run: dict[str, Any]) -> dict[str, Any]:
         "example": reads, "tokenizer": tokenizer,
         "max_length": max(len(e.source) for e in seen),
     }  # fmt: skip
+    if info.lengths:  # the source lengths training drew from (the CLI warns outside)
+        metadata["trained_lengths"] = {"min": data["min_len"], "max": data["max_len"]}
     if info.kind == "classify":
         return metadata | {"output": "label", "labels": list(LABELS)}
     return metadata | {"output": "tokens",

@@ -7,14 +7,24 @@ const TOKENIZERS = new URL("../../assets/live/vendor/tokenizers/tokenizers.min.m
 
 // Spaces shown as ␣: a space token must be visible in a sentence and on a map.
 export const visible = (token) => token.replace(/ /g, "␣");
-const quote = (text) => `“${visible(text)}”`;
+const LONGEST_QUOTE = 24; // code points: a longer piece is quoted up to "…"
+const quote = (text) => {
+  const points = [...text];
+  const shown = points.length > LONGEST_QUOTE
+    ? `${points.slice(0, LONGEST_QUOTE - 1).join("")}…` : text;
+  return `“${visible(shown)}”`;
+};
 
-// "x", "y" and "z"
-function list(items) {
-  const quoted = items.map(quote);
+// "x", "y" and "z"; past `most` items, "x", "y" and 7 more (a pasted page stays short)
+function list(items, most = 6) {
+  const quoted = items.slice(0, most).map(quote);
+  if (items.length > most) return `${quoted.join(", ")} and ${items.length - most} more`;
   if (quoted.length < 2) return quoted.join("");
   return `${quoted.slice(0, -1).join(", ")} and ${quoted[quoted.length - 1]}`;
 }
+
+// "1 token", "5 tokens"
+const counted = (n) => `${n} token${n === 1 ? "" : "s"}`;
 
 const unique = (items) => [...new Set(items)];
 
@@ -26,15 +36,15 @@ const READERS = {
     // Only 0-9: Python's str.isdigit() would also take "٣", which no vocabulary holds.
     unknown: (pieces) => unique(pieces.filter((c) => !/^[0-9]$/.test(c))),
     explain: (bad) =>
-      `${list(bad)} ${bad.length === 1 ? "is not a digit" : "are not digits"}; ` +
+      `${list(bad, 12)} ${bad.length === 1 ? "is not a digit" : "are not digits"}; ` +
       "this model reads digits only.",
   },
   characters: {
     empty: "Type some text.",
     split: (text) => [...text.trim()], // code points, like Python's tuple(str)
     explain: (bad, known) =>
-      `${list(bad)} ${bad.length === 1 ? "is not a character" : "are not characters"} ` +
-      `this model knows; it knows ${known.length}: ${known.join("").replace(" ", "␣")}`,
+      `${list(bad, 12)} ${bad.length === 1 ? "is not a character" : "are not characters"} ` +
+      `this model knows; it knows ${known.length}: ${visible(known.join(""))}.`,
   },
   words: {
     empty: "Type a sentence.",
@@ -43,14 +53,14 @@ const READERS = {
       return source.match(new RegExp(spec.pattern, "gu")) ?? [];
     },
     explain: (bad, known) =>
-      `${list(bad.slice(0, 6))}${bad.length > 6 ? ` and ${bad.length - 6} more` : ""} ` +
-      `${bad.length === 1 ? "is not a word" : "are not words"} this model knows; ` +
-      `it knows ${known.length} words, e.g. ${list(known.slice(0, 8))}.`,
+      `${list(bad)} ${bad.length === 1 ? "is not a word" : "are not words"} this model knows; ` +
+      `it knows ${known.length} words, e.g. ${list(known.slice(0, 8), 8)}.`,
   },
 };
 
-// A reader over the sidecar's vocabulary (id = index; specials first).
-function vocabularyTokenizer(spec, maxLength) {
+// A reader over the sidecar's vocabulary (id = index; specials first). `trained`: the
+// sidecar's trained_lengths {min, max}, for a model trained on a range of lengths.
+function vocabularyTokenizer(spec, maxLength, trained) {
   const reader = READERS[spec.reads];
   const vocabulary = spec.vocabulary;
   const ids = new Map(vocabulary.map((token, id) => [token, id]));
@@ -60,26 +70,38 @@ function vocabularyTokenizer(spec, maxLength) {
     label: (id) => vocabulary[id] ?? `#${id}`,
     encode(text) {
       const pieces = reader.split(text, spec);
-      if (pieces.length === 0) return { ids: [], tokens: [], problem: reader.empty, note: "" };
+      if (pieces.length === 0) {
+        return { ids: [], tokens: [], problem: reader.empty, note: "", warning: false };
+      }
       const bad = reader.unknown ? reader.unknown(pieces)
         : unique(pieces.filter((piece) => !ids.has(piece)));
       if (bad.length > 0) {
-        return { ids: [], tokens: [], problem: reader.explain(bad, known), note: "" };
+        return { ids: [], tokens: [], problem: reader.explain(bad, known), note: "",
+          warning: false };
       }
-      const cut = cutTo(pieces.map((piece) => ids.get(piece)), maxLength, null);
+      const cut = cutTo(pieces.map((piece) => ids.get(piece)), maxLength, null, trained);
       return { ...cut, tokens: cut.ids.map((id) => vocabulary[id]), problem: "" };
     },
   };
 }
 
 // Longer input is cut to the longest the model was trained on, with a note. `last`: a
-// token that must stay last (WordPiece's [SEP]).
-function cutTo(ids, maxLength, last) {
-  if (!maxLength || ids.length <= maxLength) return { ids, note: "" };
+// token that must stay last (WordPiece's [SEP]). `trained` ({min, max}, or undefined):
+// the range of lengths the model was trained on; outside it the note is the warning the
+// command line gives (named_transformer/workflows/cli.py, read_input).
+function cutTo(ids, maxLength, last, trained) {
+  const n = ids.length;
+  const range = trained ? `the input has ${counted(n)} but the model was trained on ` +
+    `${trained.min} to ${trained.max}` : "";
+  if (!maxLength || n <= maxLength) {
+    if (!range || (n >= trained.min && n <= trained.max)) return { ids, note: "", warning: false };
+    return { ids, note: `Warning: ${range}; expect mistakes outside that range.`, warning: true };
+  }
   const kept = last === null ? ids.slice(0, maxLength) : [...ids.slice(0, maxLength - 1), last];
-  const note = `The input is ${ids.length} tokens long; this model reads at most ` +
-    `${maxLength}, so only the first ${maxLength} are used.`;
-  return { ids: kept, note };
+  const note = range ? `Warning: ${range}; only the first ${maxLength} are used.`
+    : `The input is ${n} tokens long; this model reads at most ${maxLength}, so only the ` +
+      `first ${maxLength} are used.`;
+  return { ids: kept, note, warning: Boolean(range) };
 }
 
 // WordPiece through @huggingface/tokenizers with the model's own tokenizer.json: ids
@@ -93,7 +115,9 @@ async function wordpieceTokenizer(spec, maxLength, models, fetchJSON) {
   return {
     label: (id) => tokenizer.id_to_token(id) ?? `#${id}`,
     encode(text) {
-      if (text.trim() === "") return { ids: [], tokens: [], problem: "Type a sentence.", note: "" };
+      if (text.trim() === "") {
+        return { ids: [], tokens: [], problem: "Type a sentence.", note: "", warning: false };
+      }
       const all = tokenizer.encode(text).ids.map(Number);
       const cut = cutTo(all, maxLength, all[all.length - 1]);
       return { ...cut, tokens: cut.ids.map((id) => tokenizer.id_to_token(id)), problem: "" };
@@ -112,5 +136,5 @@ export async function makeTokenizer(sidecar, models, fetchJSON) {
   if (!(spec.reads in READERS)) {
     throw new Error(`${sidecar.name}.json: unknown tokenizer "${spec.reads}"`);
   }
-  return vocabularyTokenizer(spec, sidecar.max_length);
+  return vocabularyTokenizer(spec, sidecar.max_length, sidecar.trained_lengths);
 }

@@ -12,6 +12,12 @@ import { visible } from "./tokenize.js";
 const DEBOUNCE_MS = 150;
 const GAP = 16; // px between maps drawn side by side
 const MIN_MAP = 180; // px: the narrowest a map drawn side by side may be
+const LONGEST_CAPTION = 48; // code points of input (or output) the caption shows
+const short = (text) => {
+  const points = [...text];
+  return points.length > LONGEST_CAPTION
+    ? `${points.slice(0, LONGEST_CAPTION - 1).join("")}…` : text;
+};
 
 // The colours and font of the page (Material's variables: light and dark schemes).
 function pageStyle(node) {
@@ -43,6 +49,7 @@ export async function mount(root) {
   let raw = {};
   const live = {
     state: "loading", runs: 0, message: "", text: root.dataset.text ?? "", note: "",
+    warning: false, caption: "",
     ids: {}, tokens: {}, output: "", probability: null, vector: null,
     queries: {}, keys: {}, latencyMs: null, computeMs: null,
     get weights() {
@@ -80,7 +87,14 @@ export async function mount(root) {
     return;
   }
   const { sidecar } = model;
-  title.textContent = sidecar.title ?? `Live: ${name}`;
+  // A trained task's sidecar title shows its training example ("copy: '4382…' → …"): the
+  // widget's caption follows the reader's input instead (see captionFor()).
+  const follows = sidecar.output === "tokens" || sidecar.output === "label";
+  const caption = (text) => {
+    live.caption = text;
+    title.textContent = text;
+  };
+  caption(follows ? sidecar.name ?? name : sidecar.title ?? `Live: ${name}`);
   const perHead = root.dataset.layout === "heads";
   const controls = makeControls({
     entries: wanted(sidecar, root.dataset.attention), perHead, causal: Boolean(sidecar.causal),
@@ -177,10 +191,25 @@ export async function mount(root) {
     }
   }
 
-  function show(text, isProblem) {
+  // `how`: "problem" (the input cannot be used), "warning" (used, but expect mistakes)
+  // or "" (a plain note)
+  function show(text, how) {
     message.textContent = text;
     message.hidden = text === "";
-    message.classList.toggle("nt-live__message--problem", isProblem);
+    message.classList.toggle("nt-live__message--problem", how === "problem");
+    message.classList.toggle("nt-live__message--warning", how === "warning");
+  }
+
+  // "copy: “123” → “123”": what the model read (the tokens used, joined the way the
+  // task writes them) and what it answered; the task's name alone when nothing ran.
+  function captionFor(used, run) {
+    if (!follows) return;
+    if (!run) {
+      caption(sidecar.name ?? name);
+      return;
+    }
+    const read = used.join(sidecar.tokenizer.sep ?? "");
+    caption(`${sidecar.name ?? name}: “${short(read)}” → “${short(run.output)}”`);
   }
 
   // One recomputation for the text in the box; `since`: the input event it answers.
@@ -188,13 +217,15 @@ export async function mount(root) {
     const started = performance.now();
     const text = input.value;
     const encoded = model.tokenizer.encode(text);
-    Object.assign(live, { text, note: encoded.note, message: encoded.problem });
+    Object.assign(live, { text, note: encoded.note, warning: Boolean(encoded.warning),
+      message: encoded.problem });
     if (encoded.problem) {
       result = null;
       Object.assign(live, { ids: {}, tokens: {}, output: "", probability: null, vector: null,
         queries: {}, keys: {} });
       raw = {};
-      show(encoded.problem, true);
+      show(encoded.problem, "problem");
+      captionFor(encoded.tokens, null);
       tokens.replaceChildren();
       output.replaceChildren();
     } else {
@@ -204,7 +235,7 @@ export async function mount(root) {
       } catch (error) {
         setState("error");
         live.message = `Running the ${name} model failed: ${error.message}`;
-        show(live.message, true);
+        show(live.message, "problem");
         return;
       }
       const labels = {};
@@ -221,7 +252,8 @@ export async function mount(root) {
         queries: Object.fromEntries(sidecar.attention.map((e) => [e.output, labels[e.queries]])),
         keys: Object.fromEntries(sidecar.attention.map((e) => [e.output, labels[e.keys]])),
       });
-      show(encoded.note, false);
+      show(encoded.note, encoded.warning ? "warning" : "");
+      captionFor(encoded.tokens, run);
       showTokens(encoded.tokens, run);
     }
     draw();
