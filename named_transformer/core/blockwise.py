@@ -31,7 +31,7 @@ for all its old keys, so $\ell$ and $O$ are rescaled whole, and the new block's 
 are added with the new maximum. By induction, after the last block $m = \max_i s_i$,
 $\ell = \sum_i e^{s_i - m}$ and $O = \sum_i e^{s_i - m} v_i$, so
 
-$$\frac{O}{\ell} = \sum_i \frac{e^{s_i - m}}{\sum_j e^{s_j - m}}\, v_i
+$$\frac{O}{\ell} = \sum_i \frac{e^{s_i - m}}{\sum_{i'} e^{s_{i'} - m}}\, v_i
   = \sum_i \nfun{seq}{softmax}(s)_i\, v_i :$$
 
 the common factor $e^{-m}$ cancels, exactly as in the one-pass softmax, and no term
@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 from einops import einsum, reduce
@@ -251,6 +252,15 @@ def _key_blocks(
 # --8<-- [end:blocks]
 
 
+class Tiling(NamedTuple):
+    """How the blocks are cut and which are skipped: ``block`` positions a block, the
+    causal rule (first query at ``offset``) or none."""
+
+    block: int
+    causal: bool = False
+    offset: int = 0
+
+
 # --8<-- [start:blockwise_forward]
 def _blockwise_forward(
     queries: Tensor,
@@ -258,9 +268,7 @@ def _blockwise_forward(
     values: Tensor,
     mask: Tensor | None,
     score_bias: Tensor | None,
-    block: int,
-    causal: bool,
-    offset: int,
+    tiling: Tiling,
     dropout: float = 0.0,
     training: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -275,6 +283,7 @@ def _blockwise_forward(
     maximum = queries.new_empty(*batch, seq_q, 1)
     normaliser = queries.new_empty(*batch, seq_q, 1)
     scale = 1.0 / math.sqrt(queries.shape[-1])
+    block, causal, offset = tiling
     for rows in _query_blocks(seq_q, block):
         scaled = queries[..., rows, :] * scale  # \hat Q_b, once per block of queries
         size = rows.stop - rows.start
@@ -347,14 +356,14 @@ class _BlockwiseAttention(torch.autograd.Function):
     """The blocks forward; FlashAttention's recomputing backward pass."""
 
     @staticmethod
-    def forward(ctx, queries, keys, values, mask, score_bias, block, causal, offset):
+    def forward(ctx, queries, keys, values, mask, score_bias, tiling):
         attended, maximum, normaliser = _blockwise_forward(
-            queries, keys, values, mask, score_bias, block, causal, offset
+            queries, keys, values, mask, score_bias, tiling
         )
         ctx.save_for_backward(
             queries, keys, values, mask, score_bias, attended, maximum, normaliser
         )
-        ctx.block, ctx.causal, ctx.offset = block, causal, offset
+        ctx.tiling = tiling
         return attended
 
     # --8<-- [start:backward]
@@ -375,10 +384,11 @@ class _BlockwiseAttention(torch.autograd.Function):
         if score_bias is not None and ctx.needs_input_grad[4]:
             grad_bias = torch.zeros_like(score_bias)
         scale = 1.0 / math.sqrt(queries.shape[-1])
-        for rows in _query_blocks(queries.shape[-2], ctx.block):
+        block, causal, offset = ctx.tiling
+        for rows in _query_blocks(queries.shape[-2], block):
             scaled = queries[..., rows, :] * scale
             for columns, allowed in _key_blocks(
-                rows, seq, ctx.block, mask, ctx.causal, ctx.offset, queries.device
+                rows, seq, block, mask, causal, offset, queries.device
             ):
                 scores = _tile_scores(
                     scaled, keys[..., columns, :], allowed,
@@ -400,7 +410,7 @@ class _BlockwiseAttention(torch.autograd.Function):
             (grad_queries * scale).sum_to_size(queries.shape),  # dQ = d\hat Q / sqrt
             grad_keys.sum_to_size(keys.shape),
             grad_values.sum_to_size(values.shape),
-            None, grad_bias, None, None, None,
+            None, grad_bias, None,
         )  # fmt: skip
 
     # --8<-- [end:backward]
@@ -436,15 +446,13 @@ def blockwise_attention(
         raise ValueError(
             f"block must be a positive number of positions, got block={block!r}"
         )
+    tiling = Tiling(block, causal, offset)
     if training and dropout > 0.0:  # autograd through the blocks keeps the draws
         attended, _, _ = _blockwise_forward(
-            queries, keys, values, mask, score_bias, block, causal, offset,
-            dropout, training,
-        )  # fmt: skip
+            queries, keys, values, mask, score_bias, tiling, dropout, training
+        )
         return attended
-    return _BlockwiseAttention.apply(
-        queries, keys, values, mask, score_bias, block, causal, offset
-    )
+    return _BlockwiseAttention.apply(queries, keys, values, mask, score_bias, tiling)
 
 
 # --8<-- [end:blockwise_attention]
