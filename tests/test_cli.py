@@ -359,3 +359,23 @@ def test_command_modules_add_their_subcommands_in_order():
     before = list(cli.COMMAND_MODULES)
     cli.register_commands("named_transformer.rasp.commands")  # already there
     assert cli.COMMAND_MODULES == before
+
+
+def test_train_builds_its_run_settings_once_from_the_recipe_and_the_flags():
+    from named_transformer.workflows.runner import RunSettings
+
+    args = cli.parser().parse_args(["train", "copy", "--paper", "--steps", "7",
+                                    "--min-len", "3", "--seed", "5"])  # fmt: skip
+    expected = RunSettings.recipe("copy", paper=True, steps=7, min_len=3, seed=5)
+    assert cli.run_settings(args) == expected
+    # the flags' own defaults are RunSettings' defaults
+    plain = cli.run_settings(cli.parser().parse_args(["train", "sort"]))
+    assert plain == RunSettings.recipe("sort")
+
+
+def test_a_bad_setting_is_one_line_naming_it(capsys):
+    assert cli.main(["train", "copy", "--min-len", "0", "--no-figure"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: RunSettings.min_len must be >= 1 and <= max_len, got min_len=0, "
+        "max_len=20"
+    )

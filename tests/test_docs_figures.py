@@ -178,3 +178,42 @@ def test_plot_functions_check_shapes() -> None:
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_plot_options_are_one_object_or_its_fields_one_by_one() -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib is in the docs extra")
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from named_transformer import plot
+
+    def png(function, *args, **kwargs) -> bytes:
+        ax = function(*args, **kwargs)
+        buffer = io.BytesIO()
+        ax.figure.savefig(buffer, format="png", metadata={"Software": None})
+        plt.close("all")
+        return buffer.getvalue()
+
+    weights, keys = torch.rand(3, 4), list("wxyz")
+    fields = {"annotate": False, "cmap": "magma", "vmin": -1.0, "colorbar": False}
+    options = plot.HeatmapOptions(**fields)
+    assert png(plot.attention_heatmap, weights, list("abc"), keys, **fields) == png(
+        plot.attention_heatmap, weights, list("abc"), keys, options=options
+    )
+    x, curves = [1, 2, 4], {"a": [1.0, 2.0, 3.0], "b": [3.0, 2.0, 1.0]}
+    fields = {"xlabel": "β", "logx": True, "styles": {"b": {"linestyle": "--"}}}
+    assert png(plot.line_plot, x, curves, **fields) == png(
+        plot.line_plot, x, curves, options=plot.LinePlotOptions(**fields)
+    )
+    # a keyword goes over the object's field
+    ax = plot.line_plot(x, curves, options=plot.LinePlotOptions(**fields), xlabel="t")
+    assert ax.get_xlabel() == "t"
+    plt.close("all")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'cmp'"):
+        plot.attention_heatmap(weights, cmp="magma")
+    with pytest.raises(ValueError, match=r"HeatmapOptions\.vmax must be > vmin"):
+        plot.HeatmapOptions(vmin=1.0, vmax=1.0)

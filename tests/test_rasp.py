@@ -187,6 +187,25 @@ def test_the_residual_stream_is_the_named_concatenation_and_zero_at_bos(compiled
     assert at_bos[0] == 1 and at_bos[1:].abs().max() < 1e-6
 
 
+def test_the_output_variable_is_read_from_its_directions(compiled):
+    from named_transformer.rasp.model import CompiledModel, OutputVariable
+
+    model = compiled["reverse"]
+    assert model.output == "reverse" and model.output_values == list("abcd")
+    assert model.labels[model.output_dims] == [f"reverse:{v}" for v in "abcd"]
+    again = CompiledModel(
+        model.token_table.data, model.position_table.data, model.blocks,
+        vocabulary=model.vocabulary, bos=model.bos, labels=model.labels,
+        output=OutputVariable("reverse", iter("abcd")), heads=model.heads,
+    )  # fmt: skip
+    assert again.run(list("abca")) == model.run(list("abca")) == list("acba")
+    with pytest.raises(ValueError, match="output 'length' has no contiguous"):
+        labels = [label.replace("length:", "x:") for label in model.labels]
+        CompiledModel(model.token_table.data, model.position_table.data, [],
+                      vocabulary=model.vocabulary, bos=model.bos, labels=labels,
+                      output=OutputVariable("length"), heads=[])  # fmt: skip
+
+
 def test_the_compiled_weights_are_the_library_modules_with_named_shapes(compiled):
     model = compiled["sort"]
     layer = len(model.labels)

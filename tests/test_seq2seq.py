@@ -336,6 +336,21 @@ def test_bad_configuration_is_a_clear_error():
         RNNEncoderDecoder(VOCAB, LAYER, 0)
 
 
+def test_special_tokens_are_one_object_or_given_one_by_one():
+    from named_transformer.models.seq2seq import SpecialTokens
+
+    special = SpecialTokens(bos=3, eos=-1, pad=0)
+    for model in (BahdanauSeq2Seq(VOCAB, special=special),
+                  BahdanauSeq2Seq(VOCAB, bos=3, eos=-1),
+                  RNNEncoderDecoder(VOCAB, special=SpecialTokens(eos=9), bos=3,
+                                    eos=-1)):  # fmt: skip
+        assert (model.bos, model.eos, model.pad) == (3, -1, 0)
+    with pytest.raises(ValueError, match="three different ids"):
+        RNNEncoderDecoder(VOCAB, eos=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'eso'"):
+        BahdanauSeq2Seq(VOCAB, eso=2)
+
+
 def test_experiment_script_quick_mode(tmp_path):
     """The docs experiment runs end to end in its quick mode and writes every output."""
     import importlib.util

@@ -206,6 +206,7 @@ def test_two_process_ddp_equals_one_process_on_the_same_global_batch(tmp_path):
 
 def test_training_stops_early_when_asked(tmp_path):
     trainer = make_trainer(tmp_path, evaluate=lambda m: {"score": 1.0}, eval_every=3)
+    assert trainer.stop is None  # never, until a rule is set
     trainer.stop = lambda metrics: metrics["score"] >= 1.0
     trainer.fit()
     assert trainer.step == 3
@@ -226,6 +227,66 @@ def test_train_task_stops_after_patience_evaluations_at_the_target(
         patience=patience,
     )  # fmt: skip
     assert run["trainer"].step == stopped_at
+
+
+def test_train_task_takes_one_settings_object_and_keywords_over_it():
+    from named_transformer.workflows.runner import RunSettings, train_task
+
+    settings = RunSettings(size="tiny", steps=8, train_size=32, test_size=4,
+                           eval_every=2, eval_size=4, batch_size=4, warmup=2,
+                           target=0.0, patience=3)  # fmt: skip
+    run = train_task("copy", settings=settings, progress=False, patience=1)
+    assert run["trainer"].step == 2  # the keyword won over the object's patience
+    assert run["settings"] == settings.replace(patience=1)
+    assert run["results"]["size"] == "tiny"
+    with pytest.raises(TypeError, match="unknown run setting 'stepz'"):
+        train_task("copy", settings=settings, stepz=3)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"size": "huge"}, "size"), ({"positions": "none"}, "positions"),
+     ({"dropout": 1.0}, "dropout"), ({"min_len": 5, "max_len": 3}, "min_len"),
+     ({"min_len": 0}, "min_len"), ({"steps": 0}, "steps"),
+     ({"patience": 0}, "patience"), ({"eval_every": -1}, "eval_every"),
+     ({"factor": 0.0}, "factor"), ({"train_size": 0}, "train_size")],
+)  # fmt: skip
+def test_run_settings_name_the_field_that_is_wrong_in_one_line(change, field):
+    from named_transformer.workflows.runner import RunSettings
+
+    with pytest.raises(ValueError, match=rf"^RunSettings\.{field} ") as error:
+        RunSettings(**change)
+    assert "\n" not in str(error.value)
+
+
+def test_a_recipe_is_run_settings_and_the_papers_go_over_it():
+    from named_transformer.workflows.runner import PAPER, RECIPES, RunSettings
+
+    copy = RunSettings.recipe("copy")
+    assert {k: getattr(copy, k) for k in RECIPES["copy"]} == RECIPES["copy"]
+    paper = RunSettings.recipe("copy", paper=True, steps=5)
+    assert {k: getattr(paper, k) for k in PAPER} == PAPER and paper.steps == 5
+    assert paper.eval_size == RECIPES["copy"]["eval_size"]
+    with pytest.raises(ValueError, match="no recipe for task 'cpy'"):
+        RunSettings.recipe("cpy")
+
+
+def test_the_functions_that_took_many_parameters_take_at_most_8():
+    """Issue "One attention, many variants", item 2: settings that travel together
+    are one object (RunSettings, HeatmapOptions, LinePlotOptions, OutputVariable,
+    SpecialTokens)."""
+    import inspect
+
+    from named_transformer import plot
+    from named_transformer.models.seq2seq import BahdanauSeq2Seq, RNNEncoderDecoder
+    from named_transformer.rasp.model import CompiledModel
+    from named_transformer.workflows.runner import train_task
+
+    for function in (train_task, Trainer.__init__, plot.attention_heatmap,
+                     plot.line_plot, CompiledModel.__init__, BahdanauSeq2Seq.__init__,
+                     RNNEncoderDecoder.__init__):  # fmt: skip
+        names = [n for n in inspect.signature(function).parameters if n != "self"]
+        assert len(names) <= 8, (function.__qualname__, names)
 
 
 # Written by version 0.1.0 (commit df5e901, before the modules moved into subpackages):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from einops import einsum, pack, rearrange
@@ -51,6 +52,7 @@ __all__ = [
     "BidirectionalEncoder",
     "RNNEncoderDecoder",
     "FixedContextDecoder",
+    "SpecialTokens",
     "bahdanau_attention",
     "bidirectional_annotations",
     "readout",
@@ -433,13 +435,44 @@ def _truncate_after_eos(tokens: Tensor, eos: int | None, pad: int) -> Tensor:
 
 
 # --8<-- [start:BahdanauSeq2Seq]
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The ids of the tokens a sequence-to-sequence model treats apart: ``bos`` starts
+    every target, ``eos`` ends one (greedy decoding stops there; an id outside the
+    vocabulary, e.g. -1, never stops it), ``pad`` fills a row after its ``eos``."""
+
+    bos: int = 1
+    eos: int = 2
+    pad: int = 0
+
+    def __post_init__(self) -> None:
+        if len({self.bos, self.eos, self.pad}) < 3:
+            raise ValueError(
+                f"SpecialTokens must be three different ids, got bos={self.bos}, "
+                f"eos={self.eos}, pad={self.pad}"
+            )
+
+
+def _special_tokens(special: SpecialTokens | None, token_ids: dict) -> SpecialTokens:
+    """``special`` (default ``SpecialTokens()``) with the ids named in ``token_ids``
+    (``eos=-1``) replaced."""
+    unknown = sorted(set(token_ids) - {"bos", "eos", "pad"})
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r} (the special "
+                        "tokens are bos, eos and pad)")  # fmt: skip
+    return replace(special or SpecialTokens(), **token_ids)
+
+
 class BahdanauSeq2Seq(nn.Module):
     r"""Bidirectional GRU encoder + attention decoder (Bahdanau et al., 2015).
 
     ``forward`` (teacher forcing with probability ``teacher_forcing``) returns the
     logits and the alignment matrix
     $\alpha \in \mathbb R^{\mathsf{seq'}\times\mathsf{seq}}$; :meth:`greedy_decode`
-    feeds back its own argmax until every row has produced ``eos``.
+    feeds back its own argmax until every row has produced ``eos``. The sizes and the
+    ``score`` are those of :class:`BidirectionalEncoder` and
+    :class:`AttentionDecoder`; ``special`` (:class:`SpecialTokens`) holds the ids of
+    ``bos``, ``eos`` and ``pad``, which may also be given one by one (``eos=-1``).
     """
 
     def __init__(
@@ -450,9 +483,8 @@ class BahdanauSeq2Seq(nn.Module):
         decoder_hidden: int | None = None,
         score: str = "additive",
         attention: int | None = None,
-        bos: int = 1,
-        eos: int = 2,
-        pad: int = 0,
+        special: SpecialTokens | None = None,
+        **token_ids: int,
     ) -> None:
         super().__init__()
         decoder_hidden = hidden if decoder_hidden is None else decoder_hidden
@@ -460,7 +492,8 @@ class BahdanauSeq2Seq(nn.Module):
         self.decoder = AttentionDecoder(
             vocab, layer, decoder_hidden, 2 * hidden, hidden, score, attention
         )
-        self.bos, self.eos, self.pad = bos, eos, pad
+        special = _special_tokens(special, token_ids)
+        self.bos, self.eos, self.pad = special.bos, special.eos, special.pad
 
     @checked
     def forward(
@@ -504,7 +537,8 @@ class RNNEncoderDecoder(nn.Module):
 
     With ``reverse_source=True`` the source is read backwards (Sutskever et al., 2014,
     Chai), so the first source tokens are the last ones read, close to the first
-    ones written. No attention: ``forward`` returns logits only.
+    ones written. No attention: ``forward`` returns logits only. ``special`` and
+    ``token_ids``: as for :class:`BahdanauSeq2Seq`.
     """
 
     def __init__(
@@ -514,9 +548,8 @@ class RNNEncoderDecoder(nn.Module):
         hidden: int = 64,
         decoder_hidden: int | None = None,
         reverse_source: bool = False,
-        bos: int = 1,
-        eos: int = 2,
-        pad: int = 0,
+        special: SpecialTokens | None = None,
+        **token_ids: int,
     ) -> None:
         super().__init__()
         _check_positive(vocab=vocab, layer=layer, hidden=hidden)
@@ -525,7 +558,8 @@ class RNNEncoderDecoder(nn.Module):
         self.encoder_cell = GRUCell(layer, hidden)
         self.decoder = FixedContextDecoder(vocab, layer, decoder_hidden, hidden)
         self.reverse_source, self.hidden = reverse_source, hidden
-        self.bos, self.eos, self.pad = bos, eos, pad
+        special = _special_tokens(special, token_ids)
+        self.bos, self.eos, self.pad = special.bos, special.eos, special.pad
 
     @checked
     def encode(

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from named_transformer.rasp.model import CompiledModel
+from named_transformer.rasp.model import CompiledModel, OutputVariable
 from named_transformer.rasp.operations import (
     Head,
     Unit,
@@ -93,12 +93,11 @@ def compile_program(
         else:
             blocks.append(mlp_block(steps[at], layout.width, dtype))
     tokens_table, positions_table = layout.embeddings(max_length)
+    categories = values[program] if program.encoding == "categorical" else None
     model = CompiledModel(
         tokens_table, positions_table, blocks,
         vocabulary=[bos, *layout.vocabulary], bos=bos, labels=layout.labels,
-        output=program.label,
-        output_values=values[program] if program.encoding == "categorical" else None,
-        heads=heads,
+        output=OutputVariable(program.label, categories), heads=heads,
     )  # fmt: skip
     return model.to(dtype)
 

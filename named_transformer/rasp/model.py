@@ -18,6 +18,7 @@ the output variable's directions of the last residual stream.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,10 +30,25 @@ from named_transformer.models.embedding import add_positions, embed
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
 
-__all__ = ["CompiledModel"]
+__all__ = ["CompiledModel", "OutputVariable"]
 
 
 # --8<-- [start:CompiledModel]
+@dataclass(frozen=True)
+class OutputVariable:
+    """The variable a compiled model's output is read from: its ``name`` (the prefix
+    of its directions' labels, ``"sort"`` of ``"sort:a"``) and its categories
+    ``values`` in the order of those directions, or None for a numerical variable
+    (one direction, the number itself)."""
+
+    name: str
+    values: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.values is not None:  # any sequence, kept as a tuple
+            object.__setattr__(self, "values", tuple(self.values))
+
+
 class CompiledModel(CountsParameters, nn.Module):
     r"""Token and position embeddings into the named residual stream, then
     ``blocks`` (attention or feed-forward), each added to the stream.
@@ -44,8 +60,8 @@ class CompiledModel(CountsParameters, nn.Module):
             for the BOS position: at most ``len(position_table) - 1`` tokens.
         blocks: the ``MultiHeadAttention`` and ``FeedForward`` modules, in order.
         labels: the name of every direction of $\mathsf{layer}$ (``"tokens:a"``).
-        output: the output variable's name; ``output_values`` its categories, or
-            None for a numerical output.
+        output: the :class:`OutputVariable` decoding reads (kept as ``output``, its
+            name, and ``output_values``, its categories or None).
         heads: for every attention block, the s-op each head computes.
     """
 
@@ -58,8 +74,7 @@ class CompiledModel(CountsParameters, nn.Module):
         vocabulary: Sequence[Any],
         bos: Any,
         labels: Sequence[str],
-        output: str,
-        output_values: Sequence[Any] | None,
+        output: OutputVariable,
         heads: Sequence[Sequence[str]],
     ) -> None:
         super().__init__()
@@ -67,14 +82,14 @@ class CompiledModel(CountsParameters, nn.Module):
         self.position_table = nn.Parameter(position_table, requires_grad=False)
         self.blocks = nn.ModuleList(blocks)
         self.vocabulary, self.bos = list(vocabulary), bos
-        self.labels, self.output = list(labels), output
-        self.output_values = None if output_values is None else list(output_values)
+        self.labels, self.output = list(labels), output.name
+        self.output_values = None if output.values is None else list(output.values)
         self.heads = [list(h) for h in heads]
         self.max_length = position_table.shape[0] - 1
         names = [label.split(":")[0] for label in self.labels]
-        dims = [i for i, name in enumerate(names) if name == output]
+        dims = [i for i, name in enumerate(names) if name == output.name]
         if not dims or dims != list(range(dims[0], dims[-1] + 1)):
-            raise ValueError(f"output '{output}' has no contiguous directions")
+            raise ValueError(f"output '{output.name}' has no contiguous directions")
         self.output_dims = slice(dims[0], dims[-1] + 1)
 
     @checked

@@ -27,7 +27,7 @@ from einops import rearrange
 
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.sublayers import FeedForward
-from named_transformer.rasp.model import CompiledModel
+from named_transformer.rasp.model import CompiledModel, OutputVariable
 from named_transformer.rasp.program import (
     Aggregate,
     Indices,
@@ -99,12 +99,11 @@ def from_tracr(compiled: Any, *, dtype: torch.dtype = torch.float32) -> Compiled
         blocks += [block.requires_grad_(False), feed.requires_grad_(False)]
     encoder = compiled.input_encoder
     vocabulary = sorted(encoder.encoding_map, key=encoder.encoding_map.get)
-    output, values = _output(compiled)
     return CompiledModel(
         _tensor(params["token_embed"]["embeddings"], dtype),
         _tensor(params["pos_embed"]["embeddings"], dtype),
         blocks, vocabulary=vocabulary, bos=encoder.bos_token,
-        labels=compiled.residual_labels, output=output, output_values=values,
+        labels=compiled.residual_labels, output=_output(compiled),
         heads=[[f"layer_{i}/head_{h}" for h in range(heads)]
                for i in range(config.num_layers)],
     )  # fmt: skip
@@ -113,8 +112,8 @@ def from_tracr(compiled: Any, *, dtype: torch.dtype = torch.float32) -> Compiled
 # --8<-- [end:from_tracr]
 
 
-def _output(compiled: Any) -> tuple[str, list | None]:
-    """The output variable's name (read off Tracr's unembedding) and categories."""
+def _output(compiled: Any) -> OutputVariable:
+    """The output variable: its name (read off Tracr's unembedding) and categories."""
     import haiku as hk
     import numpy as np
 
@@ -130,8 +129,10 @@ def _output(compiled: Any) -> tuple[str, list | None]:
     name = compiled.residual_labels[first].split(":")[0]
     decoder = compiled.output_encoder
     if decoder is None or not hasattr(decoder, "encoding_map"):
-        return name, None  # numerical: the number itself
-    return name, sorted(decoder.encoding_map, key=decoder.encoding_map.get)
+        return OutputVariable(name)  # numerical: the number itself
+    return OutputVariable(
+        name, tuple(sorted(decoder.encoding_map, key=decoder.encoding_map.get))
+    )
 
 
 # --8<-- [start:to_tracr]

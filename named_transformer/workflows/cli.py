@@ -32,14 +32,22 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 
 from named_transformer.axes import shape_checks
 from named_transformer.workflows.data import START, Vocabulary
-from named_transformer.workflows.runner import KINDS, PAPER, RECIPES, SIZES
+from named_transformer.workflows.runner import (
+    KINDS,
+    PAPER,
+    POSITIONS,
+    RECIPES,
+    SIZES,
+    RunSettings,
+)
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
 from named_transformer.workflows.training import CheckpointError
 
@@ -110,13 +118,15 @@ def _figure_path(args: argparse.Namespace, default: Path) -> Path | None:
     return None if args.no_figure else Path(args.figure or default)
 
 
-def settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The training settings: the task's recipe or the paper's, then the flags."""
-    chosen = {**RECIPES[args.task], **(PAPER if args.paper else {})}
-    for name in ("size", "dropout", "factor", "warmup", "steps"):
-        if getattr(args, name, None) is not None:
-            chosen[name] = getattr(args, name)
-    return chosen
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """The run's settings, built once: the task's recipe, or the paper's settings over
+    it (``--paper``), then every flag given or with a default of its own."""
+    flags = {
+        field.name: getattr(args, field.name)
+        for field in fields(RunSettings)
+        if getattr(args, field.name, None) is not None
+    }
+    return RunSettings.recipe(args.task, paper=args.paper, **flags)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -126,14 +136,10 @@ def _train(args: argparse.Namespace) -> int:
         require("matplotlib")  # before training, not after it
 
     out = Path(args.out or Path("runs") / args.task)
+    settings = run_settings(args)
     try:
-        run = train_task(
-            args.task, args.model, **settings(args), seed=args.seed, directory=out,
-            positions=args.positions, batch_size=args.batch_size,
-            min_len=args.min_len, max_len=args.max_len, train_size=args.train_size,
-            test_size=args.test_size, eval_every=args.eval_every,
-            progress=not args.no_progress, resume=args.resume,
-        )  # fmt: skip
+        run = train_task(args.task, args.model, settings=settings, directory=out,
+                         progress=not args.no_progress, resume=args.resume)  # fmt: skip
     except KeyboardInterrupt as interrupted:
         print(
             f"{interrupted}; checkpoint: {out / 'checkpoint.pt'}. Run the same "
@@ -276,7 +282,7 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     )
     add(
         "--positions",
-        choices=["sinusoidal", "learned", "relative", "rotary", "alibi"],
+        choices=POSITIONS,
         default="sinusoidal",
         help="how positions enter the model",
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ __all__ = [
     "RECIPES",
     "SIZES",
     "NoPositions",
+    "RunSettings",
     "attention_figure",
     "attention_maps",
     "build_model",
@@ -88,6 +89,98 @@ RECIPES: dict[str, dict[str, Any]] = {
 # warm-up steps; slow to train at these sizes.
 PAPER: dict[str, Any] = {"size": "small", "dropout": 0.1, "factor": 1.0, "warmup": 4000}
 # --8<-- [end:RECIPES]
+
+
+# --8<-- [start:RunSettings]
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything that decides what a training run learns, besides its task and model
+    kind: the numbers that :func:`train_task` used to take one by one.
+
+    The model: ``size`` (a key of :data:`SIZES`), how ``positions`` enter it, its
+    ``dropout``. The data: ``seed`` (it seeds the data, the weights and the batches),
+    sources of ``min_len`` to ``max_len`` tokens, ``train_size`` training examples and
+    ``test_size`` held-out ones scored at the end. The schedule: at most ``steps``
+    steps of ``batch_size`` examples, the Noam schedule's ``warmup`` and ``factor``.
+    Early stop: every ``eval_every`` steps (0: only at the end) the model is scored
+    on ``eval_size`` validation items, and training stops once that score is at least
+    ``target`` in ``patience`` evaluations in a row (``target`` None: never).
+    :meth:`recipe` gives a task's recipe (:data:`RECIPES`).
+    """
+
+    size: str = "small"
+    positions: str = "sinusoidal"
+    dropout: float = 0.1
+    seed: int = 0
+    min_len: int = 10
+    max_len: int = 20
+    train_size: int = 50_000
+    test_size: int = 1000
+    steps: int = 2000
+    batch_size: int = 64
+    warmup: int = 400
+    factor: float = 0.1
+    eval_every: int = 100
+    eval_size: int = 500
+    target: float | None = 1.0
+    patience: int = 2
+
+    def __post_init__(self) -> None:
+        if self.size not in SIZES:
+            raise ValueError(
+                f"RunSettings.size must be one of {sorted(SIZES)}, got {self.size!r}"
+            )
+        if self.positions not in POSITIONS:
+            raise ValueError(
+                f"RunSettings.positions must be one of {POSITIONS}, "
+                f"got {self.positions!r}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(
+                f"RunSettings.dropout must be in [0, 1), got {self.dropout}"
+            )
+        if not 1 <= self.min_len <= self.max_len:
+            raise ValueError(
+                f"RunSettings.min_len must be >= 1 and <= max_len, got "
+                f"min_len={self.min_len}, max_len={self.max_len}"
+            )
+        at_least_one = ("train_size", "test_size", "steps", "batch_size", "warmup",
+                        "eval_size", "patience")  # fmt: skip
+        for name in at_least_one:
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"RunSettings.{name} must be >= 1, got {getattr(self, name)}"
+                )
+        if self.eval_every < 0:
+            raise ValueError(
+                f"RunSettings.eval_every must be >= 0, got {self.eval_every}"
+            )
+        if self.factor <= 0:
+            raise ValueError(f"RunSettings.factor must be > 0, got {self.factor}")
+
+    @classmethod
+    def recipe(cls, task: str, paper: bool = False, **overrides: Any) -> RunSettings:
+        """The recipe of ``task`` (:data:`RECIPES`), with ``paper`` the paper's
+        settings over it (:data:`PAPER`), then ``overrides``."""
+        if task not in RECIPES:
+            raise ValueError(f"no recipe for task {task!r}; one of {sorted(RECIPES)}")
+        return cls().replace(
+            **{**RECIPES[task], **(PAPER if paper else {}), **overrides}
+        )
+
+    def replace(self, **changes: Any) -> RunSettings:
+        """These settings with ``changes`` (field names) replaced, validated again."""
+        known = {field.name for field in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(
+                f"unknown run setting {unknown[0]!r}; the settings are "
+                f"{', '.join(sorted(known))}"
+            )
+        return replace(self, **changes)
+
+
+# --8<-- [end:RunSettings]
 
 
 def make_spec(
@@ -191,74 +284,69 @@ def contrast_examples(n: int = 1000, seed: int = 0) -> list[Example]:
 def train_task(
     task: str,
     kind: str | None = None,
-    size: str = "small",
+    size: str | None = None,
     *,
-    steps: int = 2000,
-    seed: int = 0,
+    settings: RunSettings | None = None,
     directory: str | Path | None = None,
-    positions: str = "sinusoidal",
-    batch_size: int = 64,
-    min_len: int = 10,
-    max_len: int = 20,
-    train_size: int = 50_000,
-    test_size: int = 1000,
-    eval_every: int = 100,
-    eval_size: int = 500,
-    warmup: int = 400,
-    factor: float = 0.1,
-    dropout: float = 0.1,
-    target: float | None = 1.0,
-    patience: int = 2,
     progress: bool = True,
     resume: bool = False,
+    **overrides: Any,
 ) -> dict[str, Any]:
-    """Train a model on ``task`` and score it on ``test_size`` held-out items.
+    """Train a model on ``task`` and score it on held-out items.
 
-    Every ``eval_every`` steps the model is scored on ``eval_size`` items of the
+    ``settings`` (:class:`RunSettings`, default ``RunSettings()``) decide the run;
+    ``size`` and ``overrides``, named as its fields (``steps=500``), replace some of
+    them. Every ``eval_every`` steps the model is scored on ``eval_size`` items of the
     ``valid`` split; training stops early once that score is at least ``target`` in
-    ``patience`` evaluations in a row (one lucky evaluation is not enough; None: never
-    stop). The final score is on the ``test`` split: exact match of greedy decoding, or
-    accuracy for a classifier (then also on the negation contrast set). Returns the
-    model, its spec and vocabulary, the trainer (history) and the numbers; with
-    ``directory``, writes ``checkpoint.pt`` and ``metrics.json`` there. With
-    ``resume``, training continues from ``directory/checkpoint.pt`` (exactly as if it
-    had never stopped) up to ``steps``.
+    ``patience`` evaluations in a row (one lucky evaluation is not enough). The final
+    score is on ``test_size`` items of the ``test`` split: exact match of greedy
+    decoding, or accuracy for a classifier (then also on the negation contrast set).
+    Returns the model, its spec and vocabulary, the trainer (history), the settings and
+    the numbers; with ``directory``, writes ``checkpoint.pt`` and ``metrics.json``
+    there. With ``resume``, training continues from ``directory/checkpoint.pt``
+    (exactly as if it had never stopped) up to ``steps``. ``progress``: a progress bar
+    or log lines.
     """
-    torch.manual_seed(seed)
-    vocabulary = task_vocabulary(task, max_len)
-    spec = make_spec(task, kind, size, vocab=len(vocabulary), positions=positions,
-                     dropout=dropout)  # fmt: skip
-    data = {"seed": seed, "min_len": min_len, "max_len": max_len}
+    if size is not None:
+        overrides["size"] = size
+    settings = (settings or RunSettings()).replace(**overrides)
+    torch.manual_seed(settings.seed)
+    vocabulary = task_vocabulary(task, settings.max_len)
+    spec = make_spec(task, kind, settings.size, vocab=len(vocabulary),
+                     positions=settings.positions,
+                     dropout=settings.dropout)  # fmt: skip
+    lengths = {"min_len": settings.min_len, "max_len": settings.max_len}
+    data = {"seed": settings.seed, **lengths}
     model = build_model(spec)
-    valid = held_out(task, data, eval_size, "valid")
+    valid = held_out(task, data, settings.eval_size, "valid")
     config = TrainConfig(
-        steps=steps, batch_size=batch_size, layer=spec["config"]["layer"],
-        warmup=warmup, factor=factor, eval_every=eval_every, seed=seed,
-        progress=progress,
+        steps=settings.steps, batch_size=settings.batch_size,
+        layer=spec["config"]["layer"], warmup=settings.warmup, factor=settings.factor,
+        eval_every=settings.eval_every, seed=settings.seed, progress=progress,
     )  # fmt: skip
     trainer = Trainer(
-        model, make_task(task, train_size, seed, "train", min_len, max_len),
+        model, make_task(task, settings.train_size, settings.seed, "train", **lengths),
         make_collate(spec, vocabulary), loss_function(spec, vocabulary), config,
         lambda m: {"valid": evaluate_model(m, spec, vocabulary, valid)}, directory,
         {"spec": spec, "vocabulary": vocabulary.to_list(), "data": data},
     )  # fmt: skip
-    if target is not None:
-        trainer.stop = partial(_reached, target, patience, trainer)
+    if settings.target is not None:
+        trainer.stop = partial(_reached, settings.target, settings.patience, trainer)
     earlier = _resume(trainer, directory) if resume else 0.0
     started = time.perf_counter()
     trainer.fit()
     results = {
-        "task": task, "kind": spec["kind"], "size": size, "positions": positions,
-        "steps": trainer.step,
+        "task": task, "kind": spec["kind"], "size": settings.size,
+        "positions": settings.positions, "steps": trainer.step,
         "seconds": round(earlier + time.perf_counter() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
-        **_scores(model, spec, vocabulary, held_out(task, data, test_size)),
+        **_scores(model, spec, vocabulary, held_out(task, data, settings.test_size)),
     }  # fmt: skip
     if directory is not None and trainer.rank == 0:
         Path(directory, "metrics.json").write_text(json.dumps(results, indent=2))
     return {
         "model": model, "spec": spec, "vocabulary": vocabulary, "trainer": trainer,
-        "data": data, "results": results,
+        "data": data, "settings": settings, "results": results,
     }  # fmt: skip
 
 

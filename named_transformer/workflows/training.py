@@ -256,8 +256,12 @@ class Trainer:
             as it was.
         directory: where ``checkpoint.pt`` is written (rank 0 only).
         meta: anything JSON-like saved in the checkpoint (model config, vocabulary …).
-        stop: ``stop(metrics) -> bool``, asked after each evaluation; True ends
-            training early (e.g. once the validation score is perfect).
+
+    Early stopping: assign ``trainer.stop``, a ``stop(metrics) -> bool`` asked after
+    each evaluation (True ends training, e.g. once the validation score is perfect).
+    It is set on the trainer, not passed in, because a rule usually reads the
+    trainer's own history (:func:`~named_transformer.workflows.runner.train_task`'s
+    "``patience`` evaluations in a row").
     """
 
     def __init__(
@@ -270,7 +274,6 @@ class Trainer:
         evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
         directory: str | Path | None = None,
         meta: dict[str, Any] | None = None,
-        stop: Callable[[dict[str, float]], bool] | None = None,
     ) -> None:
         if not data:
             raise ValueError("Trainer needs at least one training example")
@@ -282,7 +285,8 @@ class Trainer:
             )
         self.model = model
         self.data, self.collate, self.loss, self.config = data, collate, loss, config
-        self.evaluate, self.meta, self.stop = evaluate, dict(meta or {}), stop
+        self.evaluate, self.meta = evaluate, dict(meta or {})
+        self.stop: Callable[[dict[str, float]], bool] | None = None
         self.directory = None if directory is None else Path(directory)
         self.parallel: nn.Module = model
         if self.world > 1:
