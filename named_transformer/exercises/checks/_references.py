@@ -4,6 +4,7 @@ of the library, and the inputs that make float32 scores large but exact."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from einops import rearrange
@@ -68,18 +69,16 @@ def _merge(heads_out: Tensor, w_o: Tensor, b_o: Tensor | None = None) -> Tensor:
 def _multihead(
     inputs: Tensor,
     memory: Tensor,
-    w_q: Tensor,
-    w_k: Tensor,
-    w_v: Tensor,
-    w_o: Tensor,
+    weights: Sequence[Tensor],
     mask: Tensor | None = None,
     biases: tuple[Tensor | None, ...] = (None, None, None, None),
     *,
     values_from: Tensor | None = None,
     score_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Vaswani's multi-head attention, (output, each head's weights); ``biases`` are
-    b^Q, b^K, b^V, b^O."""
+    """Vaswani's multi-head attention, (output, each head's weights); ``weights`` are
+    W^Q, W^K, W^V, W^O and ``biases`` b^Q, b^K, b^V, b^O."""
+    w_q, w_k, w_v, w_o = weights
     b_q, b_k, b_v, b_o = biases
     queries, keys = _heads(inputs, w_q, b_q), _heads(memory, w_k, b_k)
     values = _heads(memory if values_from is None else values_from, w_v, b_v)

@@ -28,7 +28,7 @@ _STEP = "outputs, new keys, new values"
 def _recomputed(inputs: Tensor, weights: list[Tensor]) -> Tensor:
     """Causal self-attention over the whole prefix, recomputed: the cache's target."""
     seq = inputs.shape[-2]
-    return _multihead(inputs, inputs, *weights, _causal(seq, seq))[0]
+    return _multihead(inputs, inputs, weights, _causal(seq, seq))[0]
 
 
 def _after_a_cache_of_two(impl: Check, inputs: Tensor, weights: list[Tensor]) -> tuple:

@@ -73,7 +73,7 @@ def multihead_self_attention_causal(impl: Check) -> None:
     inputs, weights = _randn(2, 4, 6, seed=44), _head_weights(6, 6, 40)
     mask = _causal(4, 4)
     _same_pair(impl(inputs, inputs, *weights, mask),
-               _multihead(inputs, inputs, *weights, mask),
+               _multihead(inputs, inputs, weights, mask),
                "in self-attention with a causal mask")  # fmt: skip
 
 
@@ -82,7 +82,7 @@ def multihead_cross_attention_padding(impl: Check) -> None:
     inputs, memory = _randn(2, 3, 6, seed=45), _randn(2, 5, 7, seed=46)
     weights, mask = _head_weights(6, 7, 40), _key_padding([2, 5], 5)
     _same_pair(impl(inputs, memory, *weights, mask),
-               _multihead(inputs, memory, *weights, mask),
+               _multihead(inputs, memory, weights, mask),
                "in cross-attention with a padding mask")  # fmt: skip
 
 
@@ -94,7 +94,7 @@ def multihead_attention_biases(impl: Check) -> None:
     biases = (_randn(2, 3, seed=49), _randn(2, 3, seed=50), _randn(2, 5, seed=51),
               _randn(6, seed=52))  # fmt: skip
     _same_pair(impl(inputs, memory, *weights, None, *biases),
-               _multihead(inputs, memory, *weights, None, biases),
+               _multihead(inputs, memory, weights, None, biases),
                "with the biases b^Q, b^K, b^V and b^O")  # fmt: skip
 
 
@@ -105,7 +105,7 @@ def multihead_attention_values_from(impl: Check) -> None:
     w_q, w_k, _, w_o = _head_weights(6, 7, 40)
     w_v = _randn(2, 4, 5, seed=56)
     _same_pair(impl(inputs, memory, w_q, w_k, w_v, w_o, values_from=source),
-               _multihead(inputs, memory, w_q, w_k, w_v, w_o, values_from=source),
+               _multihead(inputs, memory, (w_q, w_k, w_v, w_o), values_from=source),
                "with values_from: the values are W^V·X_v, not W^V·memory")  # fmt: skip
 
 
@@ -114,7 +114,7 @@ def multihead_attention_score_bias(impl: Check) -> None:
     inputs, weights = _randn(2, 4, 6, seed=57), _head_weights(6, 6, 40)
     bias = _randn(4, 4, seed=58)
     _same_pair(impl(inputs, inputs, *weights, score_bias=bias),
-               _multihead(inputs, inputs, *weights, score_bias=bias),
+               _multihead(inputs, inputs, weights, score_bias=bias),
                "with a score bias, shared by all heads")  # fmt: skip
 
 
@@ -123,7 +123,7 @@ def multihead_attention_fused_or_blocked(impl: Check) -> None:
     weights."""
     inputs, weights = _randn(2, 4, 6, seed=59), _head_weights(6, 6, 40)
     mask = _causal(4, 4)
-    expected = _multihead(inputs, inputs, *weights, mask)[0]
+    expected = _multihead(inputs, inputs, weights, mask)[0]
     for how, options in (("fused=True", {"fused": True}), ("block=2", {"block": 2})):
         output, returned = _unpack(impl(inputs, inputs, *weights, mask, **options),
                                    "output, weights")  # fmt: skip
@@ -142,7 +142,7 @@ def multihead_attention_stable_at_large_scores(impl: Check) -> None:
     output, returned = _unpack(impl(inputs, inputs, *weights, mask),
                                "output, weights")  # fmt: skip
     in_float64 = [w.double() for w in weights]
-    expected = _multihead(inputs.double(), inputs.double(), *in_float64, mask)
+    expected = _multihead(inputs.double(), inputs.double(), in_float64, mask)
     _stable(returned, expected[1], "each head's softmax(Q·K/√|key| + M)")
     _stable(output, expected[0], "the heads' attention merged by W^O")
 
