@@ -37,7 +37,15 @@ matrix $W_{qkv}$; :func:`stacked_projection` shows that this is the same computa
 
 With ``kv_heads`` < ``heads`` the keys and values have fewer heads than the queries,
 each shared by a group of query heads: grouped-query attention
-(:func:`grouped_query_attention`, :mod:`~named_transformer.models.grouped`).
+(:mod:`~named_transformer.models.grouped`).
+
+**One pipeline.** Every multi-head attention of the library is :func:`multihead`:
+:func:`project_qkv`, the position scheme's transform of queries and keys
+(:func:`place`), then :func:`attend_projected` (the scheme's score term, the mask,
+the core, the scheme's value term, $W^O$). The variants are parts plugged into it
+(:mod:`~named_transformer.models.variants`); the weights travel as one
+:class:`~named_transformer.models.attention_weights.AttentionWeights`. 0.4.0's
+functional forms keep their names and arguments (:func:`run_legacy`).
 
 Masks are boolean, True = may attend. **`torch.nn.MultiheadAttention` reads a boolean
 mask the other way round**: pass ``~attn_mask`` (and ``~key_padding_mask``) here.
@@ -483,7 +491,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             run.
         kv_heads: key/value heads $|\mathsf{kv\_heads}|$, each shared by
             $|\mathsf{heads}|/|\mathsf{kv\_heads}|$ query heads: grouped-query
-            attention (:func:`grouped_query_attention`), multi-query when 1. Then
+            attention, multi-query when 1. Then
             $W^K, W^V, b^K, b^V$ have $\mathsf{kv\_heads}$ in place of
             $\mathsf{heads}$. Default ``heads``: multi-head attention.
         block: compute the attention ``block`` keys (and queries) at a time with an
@@ -492,6 +500,11 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             the weights are not asked for: the same function, without the
             $\mathsf{seq'} \times \mathsf{seq}$ weights in memory. None: the named
             equations, materialised.
+
+    The module holds the parameters and picks the parts: :meth:`position_scheme`
+    (none here; the rotary, ALiBi and relative subclasses return theirs) and the core
+    (from ``fused`` and ``block``); :meth:`forward` runs the one pipeline. A new
+    position scheme is a subclass that returns its part.
     """
 
     def __init__(
