@@ -217,6 +217,63 @@ def test_every_axis_name_is_in_the_vocabulary(path):
     )
 
 
+ROOT = PACKAGE.parent
+# An axis in an equation: \mathsf{seq'}, \ndot{heads, val}, \nfun{seq}{softmax} (one
+# backslash in a raw docstring, two in a plain one).
+EQUATION_AXES = re.compile(r"\\{1,2}(?:mathsf|ndot|nfun)\{([^{}]*)\}")
+
+
+def equation_files() -> list[Path]:
+    return sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md", *FILES])
+
+
+def equation_axis_names(text: str) -> list[tuple[int, str]]:
+    """Every axis name an equation writes, with its line: the symbols of ``AXES``
+    spell primes (``seq'``) and escaped underscores (``kv\\_heads``)."""
+    names = []
+    for match in EQUATION_AXES.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        for name in match[1].split(","):
+            names.append((line, re.sub(r"\\+_", "_", name.strip())))
+    return names
+
+
+def _spellings() -> set[str]:
+    symbols = {
+        name for axis in AXES.values() for _, name in equation_axis_names(axis.symbol)
+    }
+    return set(AXES) | symbols
+
+
+@pytest.mark.parametrize(
+    "path", equation_files(), ids=lambda p: p.relative_to(ROOT).as_posix()
+)
+def test_every_axis_in_an_equation_is_in_the_vocabulary(path):
+    known = _spellings()
+    unknown = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for line, name in equation_axis_names(path.read_text())
+        if name not in known
+    ]
+    assert not unknown, (
+        "axis names in equations missing from named_transformer.axes.AXES:\n"
+        + "\n".join(unknown)
+    )
+
+
+def test_the_equation_scan_reads_every_spelling():
+    text = (
+        "$\\mathsf{seq'}$ $A \\ndot{heads, val} B$ $\\nfun{layer}{mean} X$\n"
+        "$\\mathsf{kv\\_heads}$ and '\\\\mathsf{topics}' '\\\\mathsf{kv\\\\_heads}'"
+    )
+    assert equation_axis_names(text) == [
+        (1, "seq'"), (1, "heads"), (1, "val"), (1, "layer"), (2, "kv_heads"),
+        (2, "topics"), (2, "kv_heads"),
+    ]  # fmt: skip
+    assert {"seq'", "kv_heads", "memory_v", "seq_q"} <= _spellings()
+    assert "topics" not in _spellings()
+
+
 def test_the_vocabulary_documents_every_name():
     for name, axis in AXES.items():
         assert re.fullmatch(r"[a-z_]+", name)

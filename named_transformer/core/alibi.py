@@ -2,10 +2,10 @@ r"""Attention with linear biases (ALiBi; Press, Smith & Lewis 2022, "Train Short
 Test Long").
 
 ALiBi adds no position to the inputs and learns nothing: each head $h$ subtracts from
-the score of a query at position $i$ and a key at position $j \le i$ a penalty
+the score of a query at position $j$ and a key at position $i \le j$ a penalty
 proportional to their distance, with a fixed slope $m_h$ of its own:
 
-$$B_{\mathsf{heads}(h),\,\mathsf{seq'}(i),\,\mathsf{seq}(j)} = -m_h\,(i - j),
+$$B_{\mathsf{heads}(h),\,\mathsf{seq'}(j),\,\mathsf{seq}(i)} = -m_h\,(j - i),
   \qquad \text{Attention}(Q, K, V, M, B).$$
 
 $B \in \mathbb R^{\mathsf{heads} \times \mathsf{seq'} \times \mathsf{seq}}$ is the
@@ -22,9 +22,9 @@ of two below, the paper (and BLOOM) take the $n'$ slopes of $n'$ heads, then eve
 other slope of $2n'$ heads, $2^{-8(2h-1)/(2n')}$ for $h = 1, 2, \dots$, until there
 are $n$.
 
-For a key *after* the query ($j > i$) the causal form gives $+m_h(j - i)$: a bonus,
+For a key *after* the query ($i > j$) the causal form gives $+m_h(i - j)$: a bonus,
 harmless because the causal mask blocks those keys anyway. An encoder attends both
-ways, so it takes the symmetric form $-m_h\,|i - j|$ (``symmetric=True``).
+ways, so it takes the symmetric form $-m_h\,|j - i|$ (``symmetric=True``).
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def alibi_bias(
     offset: int | Int[Tensor, " 1"] = 0,
     symmetric: bool = False,
 ) -> Float[Tensor, "heads seq_q seq"]:
-    r"""$B_{h,i,j} = -m_h\,(i - j)$ for the query at position $i$ = ``offset`` + its
-    index and the key at position $j$; $-m_h\,|i - j|$ if ``symmetric``.
+    r"""$B_{h,j,i} = -m_h\,(j - i)$ for the query at position $j$ = ``offset`` + its
+    index and the key at position $i$; $-m_h\,|j - i|$ if ``symmetric``.
 
     ``offset`` is the first query's position (the cache length when decoding step by
     step; a one-element tensor in the compiled decoder); the keys start at 0. The

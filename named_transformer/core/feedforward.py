@@ -53,9 +53,8 @@ class _ReLU(torch.autograd.Function):
     1 where the unit fired, 0 where it did not: the same numbers as PyTorch's backward
     pass, which selects $G$ where $X > 0$. Compiled, PyTorch's form makes the compiler
     keep that comparison as a boolean mask for the backward pass, and its CPU code
-    stores and loads boolean tensors many times more slowly than float ones (the
-    Performance page has the numbers). Written from $Y$, which the backward pass of
-    $W^2$ keeps anyway, the gradient needs no mask.
+    stores and loads boolean tensors slowly. Written from $Y$, which the backward pass
+    of $W^2$ keeps anyway, the gradient needs no mask.
     """
 
     @staticmethod

@@ -1,19 +1,19 @@
 r"""Where is each token? Sinusoidal positions and clipped relative distances.
 
 Attention is permutation equivariant, so order must be added to the inputs. The
-Transformer adds a fixed table (0-based position $p$, channel pair $i$):
+Transformer adds a fixed table (0-based position $p$, channel pair $c$):
 
-$$P_{\mathsf{seq}(p),\,\mathsf{layer}(2i)}
-  = \sin\frac{p}{10000^{2i/|\mathsf{layer}|}}, \qquad
-  P_{\mathsf{seq}(p),\,\mathsf{layer}(2i+1)}
-  = \cos\frac{p}{10000^{2i/|\mathsf{layer}|}}.$$
+$$P_{\mathsf{seq}(p),\,\mathsf{layer}(2c)}
+  = \sin\frac{p}{10000^{2c/|\mathsf{layer}|}}, \qquad
+  P_{\mathsf{seq}(p),\,\mathsf{layer}(2c+1)}
+  = \cos\frac{p}{10000^{2c/|\mathsf{layer}|}}.$$
 
 Each channel pair rotates at its own frequency, so for a fixed offset $k$, $P_{p+k}$ is
 a linear (rotation) function of $P_p$.
 
 Shaw et al. (2018) instead look up a learned vector by the clipped distance between a
-query at position $i$ and a key at position $j$:
-$\operatorname{clip}(j - i, k) = \max(-k, \min(k, j - i))$, stored as an index
+query at position $j$ and a key at position $i$:
+$\operatorname{clip}(i - j, k) = \max(-k, \min(k, i - j))$, stored as an index
 $0 \dots 2k$ into a table with a $\mathsf{distance}$ axis of $2k+1$ entries.
 """
 
@@ -43,7 +43,7 @@ def sinusoidal_positions(
     ``offset`` … ``offset + seq - 1``."""
     positions = torch.arange(offset, offset + seq, dtype=dtype, device=device)
     channels = torch.arange(layer, device=device)
-    even_channel = channels - channels % 2  # 2i for both channels of pair i
+    even_channel = channels - channels % 2  # 2c for both channels of pair c
     frequencies = 10000.0 ** (-even_channel.to(dtype) / layer)
     angles = rearrange(positions, "seq -> seq 1") * rearrange(
         frequencies, "layer -> 1 layer"
@@ -64,8 +64,8 @@ def relative_position_index(
     offset: int = 0,
     device: torch.device | str | None = None,
 ) -> Int[Tensor, "seq_q seq"]:
-    r"""$\operatorname{clip}(j - i, k) + k$ for query $i$ (at position ``offset + i``)
-    and key $j$.
+    r"""$\operatorname{clip}(i - j, k) + k$ for the key at position $i$ and the
+    query at position $j$ = ``offset`` plus its index.
 
     Query and key lengths may differ: in cross-attention, or in cached decoding, where
     the new queries start at ``offset`` = the cache length.

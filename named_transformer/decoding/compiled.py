@@ -5,15 +5,15 @@ does little arithmetic on one token: its time goes to the hundreds of small oper
 around it, which a compiler can fuse away. A compiler wants the same shapes at every
 step, though, and the cache grows by one position per step. So this decoder keeps room
 for ``capacity`` positions from the start and attends over all of them, masking the
-slots not yet written. With the new token at position $t$, the self-attention mask over
-the slots $j$ of $\mathsf{seq}$ is
+slots not yet written. With the new token (the query) at position $j$, the
+self-attention mask over the slots $i$ of $\mathsf{seq}$ is
 
-$$M_j = \begin{cases} 0 & j \le t \\ -\infty & j > t \end{cases}
+$$M_i = \begin{cases} 0 & i \le j \\ -\infty & i > j \end{cases}
 \qquad \text{Attention}(Q, K, V, M) = \nfun{seq}{softmax}
   \left(\frac{Q \ndot{key} K}{\sqrt{|\mathsf{key}|}} + M\right) \ndot{seq} V,$$
 
-which gives every slot after $t$ the weight 0: the same output as attending over the
-$t + 1$ positions seen (a test checks it). The position $t$ enters the step as a tensor,
+which gives every slot after $j$ the weight 0: the same output as attending over the
+$j + 1$ positions seen (a test checks it). The position $j$ enters the step as a tensor,
 not as a Python number, so one compiled graph serves every position.
 """
 

@@ -11,9 +11,13 @@ with the BOS key as a default at half the score of a match:
 
 $$S = \beta \big( (W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}})
   \ndot{key} (W^K \ndot{layer} X) \big), \qquad
-  (W^Q \ndot{layer} X)_{q,j} = \text{predicate}(k_j, x_q),$$
+  (W^Q \ndot{layer} X)_{\mathsf{seq'}(j),\,\mathsf{key}(v)}
+  = \text{predicate}(v, x_j),$$
 
-so $\nfun{seq}{softmax}(S) \approx \hat S$, the row-normalised selector, with an
+where $W^K$ gives the key at position $i$ the one-hot $\mathsf{key}$ vector of its
+value $v = k_i$. The query at position $j$ then scores that key
+$S_{\mathsf{seq'}(j),\,\mathsf{seq}(i)} = \beta\, \text{predicate}(k_i, x_j)$, so
+$\nfun{seq}{softmax}(S) \approx \hat S$, the row-normalised selector, with an
 inverse temperature $\beta$ (Tracr's *softmax coldness*, 100) folded into $W^Q$
 (times $\sqrt{|\mathsf{key}|}$, which the library's attention divides by). ``aggregate``
 is then $W^O \ndot{val} (\hat S \ndot{seq} W^V \ndot{layer} X)$, copying the values'

@@ -47,7 +47,8 @@ def make_length() -> SOp:
 
 # --8<-- [start:reverse]
 def make_reverse(sop: SOp = tokens) -> SOp:
-    """``sop`` backwards: position $i$ reads position $n - 1 - i$."""
+    """``sop`` backwards: the query at position $j$ reads the key at position
+    $n - 1 - j$."""
     opposite = sequence_map(lambda n, i: n - i - 1, make_length(), indices)
     flip = select(indices, opposite.named("opposite"), Comparison.EQ)
     return aggregate(flip, sop).named("reverse")
