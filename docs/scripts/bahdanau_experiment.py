@@ -10,9 +10,10 @@
     # and updates as the full run), redraw only the two alignment figures
     nice python docs/scripts/bahdanau_experiment.py --alignments
 
-Three models of (nearly) the same size are trained with the same budget — the same
-batches, in the same order, for the same number of updates — on the ``copy`` task of
-:mod:`named_transformer.workflows.tasks` with source lengths spread over 5 … 40:
+Three models of (nearly) the same size are trained on the same batches, in the same
+order (the baselines, cheaper per update, for twice as many updates), on the ``copy``
+task of :mod:`named_transformer.workflows.tasks` with source lengths spread over
+5 … 40:
 
 * ``attention``: :class:`~named_transformer.models.seq2seq.BahdanauSeq2Seq`
   (bidirectional GRU encoder, additive alignment);
@@ -306,8 +307,8 @@ def alignment_figure(
         )
         ax.tick_params(axis="x", labelrotation=0)
         ax.tick_params(labelsize=8)
-        ax.set_xlabel("seq (source position j)")
-        ax.set_ylabel("seq_q (output position i)")
+        ax.set_xlabel("seq (source position i)")
+        ax.set_ylabel("seq_q (output position j)")
     for j in range(len(examples), rows * columns):
         axes[j // columns][j % columns].axis("off")
     fig.colorbar(

@@ -243,7 +243,7 @@ def relative_positions(quick: bool) -> plt.Figure:
         ax=list(axes),
         shrink=0.85,
         ticks=range(2 * k + 1),
-        label="index clip(j − i, k) + k",
+        label="index clip(i − j, k) + k (key i, query j)",
     )
     return fig
 
@@ -361,8 +361,8 @@ def rotary_rotation(quick: bool) -> plt.Figure:
 
 
 def alibi_bias_figure(quick: bool) -> plt.Figure:
-    """ALiBi's bias -m_h (i - j) for the 8 heads over 8 positions, the causal mask
-    blanking the keys after the query."""
+    """ALiBi's bias -m_h (j - i) (query j, key i) for the 8 heads over 8 positions,
+    the causal mask blanking the keys after the query."""
     from named_transformer.core.alibi import alibi_bias, alibi_slopes
 
     heads, seq = 8, 8
@@ -377,7 +377,7 @@ def alibi_bias_figure(quick: bool) -> plt.Figure:
         )  # fmt: skip
         ax.label_outer()
     fig.colorbar(axes[0, 0].images[0], ax=list(axes.flat), shrink=0.8,
-                 label="bias −m_h (i − j)")  # fmt: skip
+                 label="bias −m_h (j − i), query j, key i")  # fmt: skip
     return fig
 
 

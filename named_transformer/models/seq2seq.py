@@ -8,15 +8,16 @@ Chai names the drawback: "the performance of basic encoder–decoder drops rapid
 the length of an input sentence increases". Bahdanau et al. keep one *annotation* per
 source position and let the decoder look back at all of them at every step:
 
-$$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]
+$$h_i = [\overrightarrow{h}_i ; \overleftarrow{h}_i]
   \in \mathbb R^{\mathsf{annotation}},\qquad
-  \alpha_{i\cdot} = \nfun{seq}{softmax}\; a(s_{i-1}, h),\qquad
-  c_i = \alpha_{i\cdot} \ndot{seq} h,$$
+  \alpha_{j\cdot} = \nfun{seq}{softmax}\; a(s_{j-1}, h),\qquad
+  c_j = \alpha_{j\cdot} \ndot{seq} h,$$
 
-$$s_i = f(s_{i-1}, y_{i-1}, c_i),\qquad p(y_i \mid y_{<i}, x) = g(y_{i-1}, s_i, c_i),$$
+$$s_j = f(s_{j-1}, y_{j-1}, c_j),\qquad p(y_j \mid y_{<j}, x) = g(y_{j-1}, s_j, c_j),$$
 
-with $f$ a GRU (:func:`named_transformer.models.rnn.gru_cell`) and $a$ the additive
-score of the zoo,
+the output step (the query) at $j$ and the source position (the key) at $i$, as
+everywhere in the library (Bahdanau et al. swap the two letters), with $f$ a GRU
+(:func:`named_transformer.models.rnn.gru_cell`) and $a$ the additive score of the zoo,
 $a(s, h) = w \ndot{hidden} \tanh(W_1 \ndot{key'} s + W_2 \ndot{annotation} h)$, the
 state's axis renamed $\mathsf{key'}$ so that $\mathsf{hidden}$ is the score's own width
 (:func:`named_transformer.core.scores.additive_score`). Luong's dot, general and concat
@@ -99,7 +100,7 @@ def bidirectional_annotations(
     forward_states: Float[Tensor, "*batch seq hidden"],
     backward_states: Float[Tensor, "*batch seq hidden"],
 ) -> Float[Tensor, "*batch seq annotation"]:
-    r"""$h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]$:
+    r"""$h_i = [\overrightarrow{h}_i ; \overleftarrow{h}_i]$:
     $|\mathsf{annotation}| = 2|\mathsf{hidden}|$."""
     return rearrange(
         [forward_states, backward_states],
@@ -134,11 +135,11 @@ def bahdanau_attention(
     mask: Bool[Tensor, "*batch seq"],
     score: Callable[[Tensor, Tensor], Tensor],
 ) -> tuple[Float[Tensor, "*batch annotation"], Float[Tensor, "*batch seq"]]:
-    r"""One decoder step's context: $\alpha_i = \nfun{seq}{softmax}\, a(s_{i-1}, h)$,
-    $c_i = \alpha_i \ndot{seq} h$.
+    r"""One decoder step's context: $\alpha_j = \nfun{seq}{softmax}\, a(s_{j-1}, h)$,
+    $c_j = \alpha_j \ndot{seq} h$.
 
     ``score`` is any function of the zoo with its weights bound; the decoder state is
-    the single query (a size-1 $\mathsf{seq'}$ axis). Returns $(c_i, \alpha_i)$.
+    the single query (a size-1 $\mathsf{seq'}$ axis). Returns $(c_j, \alpha_j)$.
     """
     query = rearrange(previous_state, "... hidden -> ... 1 hidden")
     weights = softmax(
@@ -165,12 +166,12 @@ def readout(
     w_embedded: Float[Tensor, "vocab layer"],
     bias: Float[Tensor, " vocab"],
 ) -> Float[Tensor, "*batch vocab"]:
-    r"""The logits $g(y_{i-1}, s_i, c_i)$.
+    r"""The logits $g(y_{j-1}, s_j, c_j)$.
 
-    $$g(y_{i-1}, s_i, c_i) = W_s \ndot{hidden} s_i + W_c \ndot{annotation} c_i
-      + W_e \ndot{layer} E y_{i-1} + b$$
+    $$g(y_{j-1}, s_j, c_j) = W_s \ndot{hidden} s_j + W_c \ndot{annotation} c_j
+      + W_e \ndot{layer} E y_{j-1} + b$$
 
-    One linear map of the concatenation $[s_i; c_i; E y_{i-1}]$, written as three
+    One linear map of the concatenation $[s_j; c_j; E y_{j-1}]$, written as three
     contractions so that no axis has to be glued. (Bahdanau et al. add a maxout layer;
     we keep the readout linear.)
     """
@@ -199,7 +200,7 @@ def _check_positive(**sizes: int) -> None:
 # --8<-- [start:BidirectionalEncoder]
 class BidirectionalEncoder(nn.Module):
     r"""Embed the source, run a forward and a backward GRU, concatenate:
-    $h_j = [\overrightarrow{h}_j ; \overleftarrow{h}_j]$.
+    $h_i = [\overrightarrow{h}_i ; \overleftarrow{h}_i]$.
 
     Also returns $\overleftarrow{h}_1$, the backward state at the first position, from
     which Bahdanau et al. initialise the decoder:
@@ -311,7 +312,7 @@ class _Decoder(nn.Module):
 
 # --8<-- [start:AttentionDecoder]
 class AttentionDecoder(_Decoder):
-    r"""$s_i = \mathrm{GRU}([E y_{i-1}; c_i], s_{i-1})$ with $c_i$ from
+    r"""$s_j = \mathrm{GRU}([E y_{j-1}; c_j], s_{j-1})$ with $c_j$ from
     :func:`bahdanau_attention`.
 
     ``score`` picks the alignment model $a$: ``"additive"`` (Bahdanau, the default),
@@ -390,8 +391,8 @@ class FixedContextDecoder(_Decoder):
     r"""The basic decoder (Cho et al., 2014): every step sees the same $c$, the
     encoder's last state.
 
-    $s_0 = \tanh(W_0 c + b_0)$, $s_i = \mathrm{GRU}([E y_{i-1}; c], s_{i-1})$,
-    $p(y_i) = g(y_{i-1}, s_i, c)$. It is the attention decoder with a single annotation
+    $s_0 = \tanh(W_0 c + b_0)$, $s_j = \mathrm{GRU}([E y_{j-1}; c], s_{j-1})$,
+    $p(y_j) = g(y_{j-1}, s_j, c)$. It is the attention decoder with a single annotation
     $c$: the "alignment" is 1 on it at every step.
     """
 
