@@ -7,7 +7,7 @@ Every multi-head attention of the library is one pipeline
 | --- | --- | --- |
 | project | $Q, K, V = W^{Q,K,V} \ndot{layer} X$ | key/value heads (grouped) |
 | positions | $Q, K \leftarrow R(Q), R(K)$ | transform $R$ |
-| scores | $Q \ndot{key} K / \sqrt{|\mathsf{key}|} + T + B$ | score term $T$ |
+| scores | $Q \ndot{key} K / \sqrt{\lvert\mathsf{key}\rvert} + T + B$ | score term $T$ |
 | core | $\nfun{seq}{softmax}(\cdot + M) \ndot{seq} V$ | the core |
 | values | $+\,U(A)$ | value term $U$ |
 | merge | $W^O \ndot{heads, val} Y$ | |
