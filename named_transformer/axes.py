@@ -77,7 +77,7 @@ AXES: dict[str, Axis] = {
         r"\mathsf{gates}", "stacked gates of a GRU (r, z, n) or an LSTM (i, f, g, o)"
     ),
     "annotation": Axis(
-        r"\mathsf{annotation}", "bidirectional annotation [fwd h_j; bwd h_j]"
+        r"\mathsf{annotation}", "bidirectional annotation [fwd h_i; bwd h_i]"
     ),
     "value_memory": Axis(
         r"\mathsf{memory_v}",

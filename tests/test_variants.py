@@ -25,6 +25,7 @@ from named_transformer.models.variants import (
     SchemeRequest,
     check_variant,
 )
+from named_transformer.workflows.runner import build_model, make_spec, position_choices
 
 LAYER, HEADS, SEQ, BATCH, BASE, DISTANCE = 24, 4, 7, 2, 100.0, 2
 POSITIONS = ["none", "rotary", "alibi", "relative"]
@@ -187,5 +188,13 @@ def test_a_new_scheme_is_one_part_and_one_registration():
         plain = nt.MultiHeadAttention(LAYER, HEADS).to(D)
         plain.load_state_dict(module.state_dict())
         torch.testing.assert_close(module(x), plain(x, score_bias=bias))
+        # the model kinds and the command line know it by name
+        assert "diagonal" in position_choices()
+        spec = make_spec("copy", "decoder-only", "tiny", vocab=14, positions="diagonal")
+        model = build_model(spec)
+        assert all(
+            isinstance(block.self_attention, DiagonalAttention)
+            for block in model.blocks.layers
+        )
     finally:
         del POSITION_SCHEMES["diagonal"]

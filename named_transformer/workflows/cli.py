@@ -43,10 +43,10 @@ from named_transformer.workflows.data import START, Vocabulary
 from named_transformer.workflows.runner import (
     KINDS,
     PAPER,
-    POSITIONS,
     RECIPES,
     SIZES,
     RunSettings,
+    position_choices,
 )
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
 from named_transformer.workflows.training import CheckpointError
@@ -282,7 +282,7 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     )
     add(
         "--positions",
-        choices=POSITIONS,
+        choices=position_choices(),
         default="sinusoidal",
         help="how positions enter the model",
     )

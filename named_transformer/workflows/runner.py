@@ -22,6 +22,7 @@ from torch import nn
 
 from named_transformer.axes import checked
 from named_transformer.models.config import TransformerConfig
+from named_transformer.models.variants import POSITION_SCHEMES
 from named_transformer.workflows.data import Example, Vocabulary
 from named_transformer.workflows.kinds import (
     MODEL_KINDS,
@@ -57,6 +58,7 @@ __all__ = [
     "loss_function",
     "make_collate",
     "make_spec",
+    "position_choices",
     "train_task",
 ]
 
@@ -66,7 +68,16 @@ SIZES: dict[str, dict[str, int]] = {
     "small": {"layers": 2, "layer": 64, "heads": 4, "hidden": 256},
     "medium": {"layers": 3, "layer": 128, "heads": 4, "hidden": 512},
 }
-POSITIONS = ("sinusoidal", "learned", "relative", "rotary", "alibi")
+POSITIONS = ("sinusoidal", "learned", "relative", "rotary", "alibi")  # built in
+
+
+def position_choices() -> tuple[str, ...]:
+    """Every ``positions`` a spec may name: added to the embeddings, or a position
+    scheme of the attention registered in
+    :data:`~named_transformer.models.variants.POSITION_SCHEMES` (a scheme registered
+    later is a choice too)."""
+    return ("sinusoidal", "learned", *POSITION_SCHEMES)
+
 
 # --8<-- [start:RECIPES]
 # How each generated task trains well on 2 CPU cores: the command line's defaults.
@@ -130,9 +141,9 @@ class RunSettings:
             raise ValueError(
                 f"RunSettings.size must be one of {sorted(SIZES)}, got {self.size!r}"
             )
-        if self.positions not in POSITIONS:
+        if self.positions not in position_choices():
             raise ValueError(
-                f"RunSettings.positions must be one of {POSITIONS}, "
+                f"RunSettings.positions must be one of {position_choices()}, "
                 f"got {self.positions!r}"
             )
         if not 0.0 <= self.dropout < 1.0:
@@ -204,8 +215,10 @@ def make_spec(
         raise ValueError(f"task {task!r} cannot be learned by a {kind} model")
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
-    if positions not in POSITIONS:
-        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+    if positions not in position_choices():
+        raise ValueError(
+            f"positions must be one of {position_choices()}, got {positions!r}"
+        )
     s = SIZES[size]
     config = TransformerConfig(
         encoder_layers=s["layers"], decoder_layers=s["layers"], layer=s["layer"],
