@@ -317,4 +317,4 @@ __all__ = [
     "project_qkv",
     "register_positions",
 ]
-__version__ = "0.4.0"
+__version__ = "0.5.0"
