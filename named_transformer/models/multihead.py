@@ -280,6 +280,18 @@ def _plus(first: Tensor | None, second: Tensor | None) -> Tensor | None:
 
 
 @checked
+def _bind_heads(  # the heads' axes meet W^O's, the mask's and the bias's here
+    queries: Float[Tensor, "*batch heads seq_q key"],
+    keys: Float[Tensor, "*#batch kv_heads seq key"],
+    values: Float[Tensor, "*#batch kv_heads seq val"],
+    w_o: Float[Tensor, "heads val layer"],
+    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None,
+    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None,
+) -> None:
+    del queries, keys, values, w_o, mask, score_bias
+
+
+@checked
 def attend_projected(
     heads: Heads,
     w_o: Float[Tensor, "heads val layer"],
@@ -309,6 +321,7 @@ def attend_projected(
     """
     positions, core = check_variant(variant)
     queries, keys, values = heads
+    _bind_heads(queries, keys, values, w_o, mask, score_bias)
     bias = _plus(
         positions.score_term(queries, keys.shape[-2], offset),
         _lift_over_heads(score_bias),
