@@ -97,20 +97,21 @@ register_positions(  # an encoder's layers attend both ways: |j - i|
 )
 # --8<-- [end:ALiBiMultiHeadAttention]
 
+def _run_alibi(arguments: dict) -> tuple:
+    """0.4.0's ALiBi functions: their slopes and symmetry make the part."""
+    return run_legacy(arguments, ALiBi(arguments["slopes"], arguments["symmetric"]))
+
+
 _OPTIONS = "offset=0, dropout=0.0, training=False, fused=False, *, symmetric=False, "
 alibi_multihead_attention = keeps_signature(
     "alibi_multihead_attention",
     "inputs, memory, w_q, w_k, w_v, w_o, slopes, mask=None, b_q=None, b_k=None, "
     f"b_v=None, b_o=None, {_OPTIONS}score_bias=None",
-    lambda arguments: run_legacy(
-        arguments, ALiBi(arguments["slopes"], arguments["symmetric"])
-    ),
+    _run_alibi,
 )
 alibi_attend_heads = keeps_signature(
     "alibi_attend_heads",
     "queries, keys, values, w_o, slopes, b_o=None, mask=None, "
     f"{_OPTIONS}score_bias=None",
-    lambda arguments: run_legacy(
-        arguments, ALiBi(arguments["slopes"], arguments["symmetric"])
-    ),
+    _run_alibi,
 )
