@@ -1,11 +1,13 @@
 r"""The weights of one multi-head attention, as one named container.
 
-$$W^Q \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{key}}, \quad
-  W^K \in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{memory} \times \mathsf{key}},
-  \quad
-  W^V \in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{memory_v} \times \mathsf{val}},
-  \quad
-  W^O \in \mathbb R^{\mathsf{heads} \times \mathsf{val} \times \mathsf{layer}}$$
+$$\begin{aligned}
+  W^Q &\in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times \mathsf{key}}, &
+  W^K &\in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{memory} \times \mathsf{key}},
+  \\
+  W^V &\in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{memory_v} \times \mathsf{val}},
+  &
+  W^O &\in \mathbb R^{\mathsf{heads} \times \mathsf{val} \times \mathsf{layer}}
+  \end{aligned}$$
 
 and the optional biases $b^Q, b^K, b^V, b^O$. They travel together: the functional
 pipeline (:func:`~named_transformer.models.multihead.multihead`) takes them as one

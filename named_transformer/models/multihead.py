@@ -378,9 +378,10 @@ def multihead(
 ]:
     r"""Multi-head attention of ``inputs`` over ``memory``: the whole pipeline.
 
-    $$W^O \ndot{heads, val} \text{Attention}\big(
-      R_{\text{offset}}(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}),
-      R_0(W^K \ndot{memory} X_m), W^V \ndot{memory} X_m, M, T + B\big) + \dots$$
+    $$\begin{aligned}W^O \ndot{heads, val} \text{Attention}\big(
+      &R_{\text{offset}}(W^Q \ndot{layer} X_{\mathsf{seq}\to\mathsf{seq'}}), \\
+      &R_0(W^K \ndot{memory} X_m), W^V \ndot{memory} X_m, M, T + B\big) + \dots
+      \end{aligned}$$
 
     Self-attention passes the inputs as the memory. ``variant`` picks the position
     scheme ($R$, $T$, $U$) and the core; ``dropout`` is the probability of dropping
@@ -497,6 +498,9 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         bias: learn $b^Q, b^K \in \mathbb R^{\mathsf{heads}\times\mathsf{key}}$,
             $b^V \in \mathbb R^{\mathsf{heads}\times\mathsf{val}}$ and
             $b^O \in \mathbb R^{\mathsf{layer}}$ (PyTorch's default).
+        qkv_bias: learn $b^Q, b^K, b^V$ (True) or not (False) whatever ``bias``
+            says of $b^O$; None: as ``bias``. Qwen2 projects with biases and merges
+            without: ``bias=False, qkv_bias=True``.
         dropout: probability of dropping an attention weight while training.
         fused: compute the attention by PyTorch's fused kernel
             (:func:`~named_transformer.core.attention.fused_attention`) whenever the
@@ -535,6 +539,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         fused: bool = False,
         kv_heads: int | None = None,
         block: int | None = None,
+        qkv_bias: bool | None = None,
     ) -> None:
         super().__init__()
         if layer <= 0 or heads <= 0:
@@ -583,14 +588,18 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             kv_heads, value_memory, val, fan_in=value_memory, fan_out=kv_heads * val
         )
         self.w_o = _uniform(heads, val, layer, fan_in=heads * val, fan_out=layer)
-        if bias:
+        # registered in the order b_q, b_k, b_v, b_o that saved optimizer states expect
+        if bias if qkv_bias is None else qkv_bias:
             self.b_q = nn.Parameter(torch.zeros(heads, key))
             self.b_k = nn.Parameter(torch.zeros(kv_heads, key))
             self.b_v = nn.Parameter(torch.zeros(kv_heads, val))
+        else:
+            for name in ("b_q", "b_k", "b_v"):
+                self.register_parameter(name, None)
+        if bias:
             self.b_o = nn.Parameter(torch.zeros(layer))
         else:
-            for name in ("b_q", "b_k", "b_v", "b_o"):
-                self.register_parameter(name, None)
+            self.register_parameter("b_o", None)
 
     def position_scheme(self) -> Positions:
         """The position part this attention plugs in: none here; the rotary, ALiBi
