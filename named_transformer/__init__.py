@@ -22,14 +22,21 @@ from named_transformer.core.attention import (
 from named_transformer.core.basic import basic_self_attention
 from named_transformer.core.blockwise import blockwise_attention
 from named_transformer.core.dropout import dropout
-from named_transformer.core.feedforward import feed_forward, gelu, gelu_tanh, relu, silu
+from named_transformer.core.feedforward import (
+    feed_forward,
+    gated_feed_forward,
+    gelu,
+    gelu_tanh,
+    relu,
+    silu,
+)
 from named_transformer.core.masks import (
     causal_mask,
     key_padding_mask,
     padding_mask,
     sliding_window_mask,
 )
-from named_transformer.core.norm import layer_norm, standardize
+from named_transformer.core.norm import layer_norm, rms_norm, standardize
 from named_transformer.core.pooling import (
     attention_pooling,
     attention_pooling_weights,
@@ -146,7 +153,13 @@ from named_transformer.models.seq2seq import (
     recurrence,
     reverse_padded,
 )
-from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
+from named_transformer.models.sublayers import (
+    FeedForward,
+    GatedFeedForward,
+    LayerNorm,
+    Residual,
+    RMSNorm,
+)
 from named_transformer.models.text_encoder import (
     MaskedLanguageHead,
     Pooler,
@@ -186,11 +199,13 @@ __all__ = [
     "dot_score",
     "dropout",
     "feed_forward",
+    "gated_feed_forward",
     "fused_attention",
     "general_score",
     "hardmax",
     "key_padding_mask",
     "layer_norm",
+    "rms_norm",
     "location_score",
     "padding_mask",
     "relative_position_index",
@@ -249,7 +264,9 @@ __all__ = [
     "relative_attention_weights",
     "relative_multihead_attention",
     "FeedForward",
+    "GatedFeedForward",
     "LayerNorm",
+    "RMSNorm",
     "Residual",
     "Transformer",
     "TransformerStacks",

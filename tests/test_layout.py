@@ -139,6 +139,7 @@ ADDED_IN_0_5_0 = [
     "ALiBi", "AttentionVariant", "AttentionWeights", "Blockwise", "Fused", "Heads",
     "Materialise", "Positions", "Relative", "Rotary", "attend_projected", "multihead",
     "project_qkv", "register_positions",
+    "GatedFeedForward", "RMSNorm", "gated_feed_forward", "rms_norm",
 ]  # fmt: skip
 
 

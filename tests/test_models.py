@@ -221,8 +221,8 @@ def test_language_model_is_tied_causal_and_counted():
     changed = tokens.clone()
     changed[:, -1] = (changed[:, -1] + 1) % SOURCE_VOCAB
     torch.testing.assert_close(model(changed)[:, :-1], log_probs[:, :-1])
-    with pytest.raises(ValueError, match="positions"):
-        LanguageModel(SOURCE_VOCAB, config, positions="rotary")
+    with pytest.raises(ValueError, match="positions"):  # rotary is a scheme now
+        LanguageModel(SOURCE_VOCAB, config, positions="absolute")
 
 
 def test_classifier_ignores_padding_and_returns_a_tensor():

@@ -102,6 +102,18 @@ CASES = {
         "gamma",
     ),
     "feed_forward": (nt.feed_forward, FFN, [*FFN[:4], r(LAYER + 1)], "b2"),
+    "rms_norm": (
+        nt.rms_norm,
+        [r(B, SEQ, LAYER), r(LAYER)],
+        [r(B, SEQ, LAYER), r(LAYER + 1)],
+        "gain",
+    ),
+    "gated_feed_forward": (
+        nt.gated_feed_forward,
+        [r(B, SEQ, LAYER), r(HIDDEN, LAYER), r(HIDDEN, LAYER), r(LAYER, HIDDEN)],
+        [r(B, SEQ, LAYER), r(HIDDEN, LAYER), r(HIDDEN, LAYER), r(LAYER, HIDDEN + 1)],
+        "w_down",
+    ),
     "relu": (
         nt.relu,
         [r(B, SEQ, HIDDEN)],
@@ -297,6 +309,9 @@ MODULE_CASES = {
     "FeedForward": (lambda: nt.FeedForward(LAYER, HIDDEN)(_WIDE),
                     "axis 'layer'", "'inputs'"),
     "LayerNorm": (lambda: nt.LayerNorm(LAYER)(_WIDE), "axis 'layer'", "'inputs'"),
+    "RMSNorm": (lambda: nt.RMSNorm(LAYER)(_WIDE), "axis 'layer'", "'inputs'"),
+    "GatedFeedForward": (lambda: nt.GatedFeedForward(LAYER, HIDDEN)(_WIDE),
+                         "axis 'layer'", "'inputs'"),
     "EncoderLayer": (lambda: nt.EncoderLayer(LAYER, 2, HIDDEN)(_WIDE),
                      "axis 'layer'", "'inputs'"),
     "DecoderLayer": (

@@ -14,6 +14,18 @@ notes' "1D-convolution".
 The paper's activation is ReLU; BERT uses GELU, $X \odot \Phi(X)$ with $\Phi$ the
 standard normal distribution function; GPT-2 its tanh approximation; LLaMA-style models
 SiLU. Models without biases (``bias=False``) drop $b^1, b^2$.
+
+The **gated** feed-forward (Shazeer 2020, "GLU Variants Improve Transformer"; Llama,
+Qwen, Mistral) multiplies the activated projection by a second, linear one before
+contracting back:
+
+$$\text{FFN}_{\text{gated}}(X) = \big(\operatorname{silu}(X \ndot{layer} W^{gate})
+  \circ (X \ndot{layer} W^{up})\big) \ndot{hidden} W^{down},$$
+
+$W^{gate}, W^{up} \in \mathbb R^{\mathsf{hidden} \times \mathsf{layer}}$,
+$W^{down} \in \mathbb R^{\mathsf{layer} \times \mathsf{hidden}}$: SwiGLU with SiLU,
+GEGLU with GELU. Three matrices instead of two, so Llama takes $|\mathsf{hidden}|$
+about $\tfrac83|\mathsf{layer}|$ rather than $4|\mathsf{layer}|$ for the same count.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 
-__all__ = ["feed_forward", "gelu", "gelu_tanh", "relu", "silu"]
+__all__ = ["feed_forward", "gated_feed_forward", "gelu", "gelu_tanh", "relu", "silu"]
 
 
 # --8<-- [start:relu]
@@ -133,3 +145,29 @@ def feed_forward(
 
 
 # --8<-- [end:feed_forward]
+
+
+# --8<-- [start:gated_feed_forward]
+@checked
+def gated_feed_forward(
+    inputs: Float[Tensor, "*batch layer"],
+    w_gate: Float[Tensor, "hidden layer"],
+    w_up: Float[Tensor, "hidden layer"],
+    w_down: Float[Tensor, "layer hidden"],
+    b_gate: Float[Tensor, " hidden"] | None = None,
+    b_up: Float[Tensor, " hidden"] | None = None,
+    b_down: Float[Tensor, " layer"] | None = None,
+    activation: Callable[[Tensor], Tensor] = silu,
+) -> Float[Tensor, "*batch layer"]:
+    r"""$\big(\operatorname{silu}(X \ndot{layer} W^{gate} + b^{gate})
+    \circ (X \ndot{layer} W^{up} + b^{up})\big) \ndot{hidden} W^{down} + b^{down}$
+    (``activation`` may be GELU; a bias of None is left out, as in Llama)."""
+    gate = einsum(inputs, w_gate, "... layer, hidden layer -> ... hidden")
+    up = einsum(inputs, w_up, "... layer, hidden layer -> ... hidden")
+    gate = activation(gate if b_gate is None else _plus_bias(gate, b_gate))
+    hidden = gate * (up if b_up is None else _plus_bias(up, b_up))
+    outputs = einsum(hidden, w_down, "... hidden, layer hidden -> ... layer")
+    return outputs if b_down is None else _plus_bias(outputs, b_down)
+
+
+# --8<-- [end:gated_feed_forward]

@@ -7,6 +7,11 @@ $$\nfun{layer}{standardize}(X)
 with $\gamma, \beta \in \mathbb R^{\mathsf{layer}}$. The variance is the biased one
 (divide by $|\mathsf{layer}|$), as in `torch.nn.functional.layer_norm`; dataflowr writes
 the same thing without $\epsilon$.
+
+RMSNorm (Zhang & Sennrich 2019; Llama, Qwen, Mistral) drops the centring and the shift:
+it divides by the root mean square alone,
+
+$$\text{RMSNorm}(X) = \frac{X}{\sqrt{\nfun{layer}{mean}(X^2) + \epsilon}} \odot g.$$
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from named_transformer.axes import checked
 
-__all__ = ["layer_norm", "standardize"]
+__all__ = ["layer_norm", "rms_norm", "standardize"]
 
 
 # --8<-- [start:standardize]
@@ -106,3 +111,27 @@ def layer_norm(
 
 
 # --8<-- [end:layer_norm]
+
+
+# --8<-- [start:rms_norm]
+@checked
+def rms_norm(
+    inputs: Float[Tensor, "*batch layer"],
+    gain: Float[Tensor, " layer"],
+    eps: float = 1e-6,
+) -> Float[Tensor, "*batch layer"]:
+    r"""$\dfrac{X}{\sqrt{\nfun{layer}{mean}(X^2) + \epsilon}} \odot g$: no centring,
+    no shift (Zhang & Sennrich 2019).
+
+    The mean square is taken in float32 at least (float64 for a float64 model), and the
+    normalised $X$ returns to the inputs' dtype before the gain, as Llama's
+    ``LlamaRMSNorm`` does: a half-precision model then normalises as its reference.
+    """
+    wide = inputs.to(torch.promote_types(inputs.dtype, torch.float32))
+    mean_square = (wide * wide).mean(  # allow-raw: mean_layer, the last axis
+        dim=-1, keepdim=True
+    )
+    return (wide * (mean_square + eps).rsqrt()).to(inputs.dtype) * gain
+
+
+# --8<-- [end:rms_norm]

@@ -1,4 +1,5 @@
-r"""Hugging Face checkpoints of BERT and GPT-2 as the library's named modules.
+r"""Hugging Face checkpoints of BERT, GPT-2, Llama, Qwen2 and Mistral as the library's
+named modules.
 
 A checkpoint is a dictionary from tensor names to tensors, laid out for the reference
 implementation's matrix products. Each tensor is one of the named weights, or several
@@ -16,6 +17,13 @@ $$\texttt{c\_attn.weight} \in \mathbb R^{\mathsf{layer} \times
   \;\longrightarrow\;
   W^Q, W^K, W^V \in \mathbb R^{\mathsf{heads} \times \mathsf{layer} \times
   \mathsf{key}}.$$
+
+Llama keeps each projection as an ``nn.Linear`` weight, the key and value ones with
+$\mathsf{kv\_heads}$ rows of heads: ``k_proj.weight`` $\in \mathbb
+R^{(\mathsf{kv\_heads}\cdot\mathsf{key}) \times \mathsf{layer}}$. Its rotary
+positions pair channel $i$ with $i + |\mathsf{key}|/2$ (``rotate_half``), which is
+the layout of :func:`~named_transformer.core.rotary.rotate`, so the weights convert
+unpermuted. Qwen2 adds $b^Q, b^K, b^V$; Mistral a sliding window.
 
 ``transformers`` is needed only to pass its model objects or to build them
 (:func:`to_huggingface`); a config dictionary and a state dictionary convert without
@@ -35,7 +43,9 @@ from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.models.config import TransformerConfig
+from named_transformer.models.embedding import NoPositions
 from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.rotary import Rotary
 from named_transformer.models.text_encoder import TextEncoder
 
 __all__ = ["checkpoint_names", "from_huggingface", "to_huggingface"]
@@ -146,15 +156,58 @@ _GPT2_FINAL = [
 ]
 
 
+_LLAMA_EMBEDDINGS = [_Name("embed_tokens.weight", ("embedding.table",), _SAME)]
+_LLAMA_LAYER = [
+    _Name("layers.{i}.input_layernorm.weight", (_NORM1 + "gamma",), _VECTOR),
+    _Name("layers.{i}.self_attn.q_proj.weight", (_ATT + "w_q",),
+          "(heads key) layer -> heads layer key"),
+    _Name("layers.{i}.self_attn.k_proj.weight", (_ATT + "w_k",),
+          "(kv_heads key) layer -> kv_heads layer key"),
+    _Name("layers.{i}.self_attn.v_proj.weight", (_ATT + "w_v",),
+          "(kv_heads val) layer -> kv_heads layer val"),
+    _Name("layers.{i}.self_attn.o_proj.weight", (_ATT + "w_o",),
+          "layer (heads val) -> heads val layer"),
+    _Name("layers.{i}.post_attention_layernorm.weight", (_NORM2 + "gamma",),
+          _VECTOR),
+    _Name("layers.{i}.mlp.gate_proj.weight", (_FFN + "w_gate",),
+          "hidden layer -> hidden layer"),
+    _Name("layers.{i}.mlp.up_proj.weight", (_FFN + "w_up",),
+          "hidden layer -> hidden layer"),
+    _Name("layers.{i}.mlp.down_proj.weight", (_FFN + "w_down",),
+          "layer hidden -> layer hidden"),
+]  # fmt: skip
+_LLAMA_QKV_BIASES = [  # Qwen2's, and Llama's with attention_bias
+    _Name("layers.{i}.self_attn.q_proj.bias", (_ATT + "b_q",),
+          "(heads key) -> heads key"),
+    _Name("layers.{i}.self_attn.k_proj.bias", (_ATT + "b_k",),
+          "(kv_heads key) -> kv_heads key"),
+    _Name("layers.{i}.self_attn.v_proj.bias", (_ATT + "b_v",),
+          "(kv_heads val) -> kv_heads val"),
+]  # fmt: skip
+_LLAMA_BIASES = [  # Llama's with attention_bias and mlp_bias
+    _Name("layers.{i}.self_attn.o_proj.bias", (_ATT + "b_o",), _VECTOR),
+    _Name("layers.{i}.mlp.gate_proj.bias", (_FFN + "b_gate",), "hidden -> hidden"),
+    _Name("layers.{i}.mlp.up_proj.bias", (_FFN + "b_up",), "hidden -> hidden"),
+    _Name("layers.{i}.mlp.down_proj.bias", (_FFN + "b_down",), _VECTOR),
+]
+_LLAMA_FINAL = [_Name("norm.weight", ("blocks.norm.gamma",), _VECTOR)]
+_UNTIED = [_Name("lm_head.weight", ("generator.table",), _SAME)]
+
+
 def checkpoint_names(family: str) -> list[tuple[str, str, str]]:
-    """(their name, our weight(s), pattern) for ``"bert"`` or ``"gpt2"``, ``{i}`` for
-    the layer number: the table the conversion follows."""
+    """(their name, our weight(s), pattern) for ``"bert"``, ``"gpt2"``, ``"llama"``,
+    ``"qwen2"`` or ``"mistral"``, ``{i}`` for the layer number: the table the
+    conversion follows (``lm_head.weight`` only when the output is untied)."""
+    llama = _LLAMA_EMBEDDINGS + _LLAMA_LAYER + _LLAMA_FINAL + _UNTIED
     tables = {
         "bert": _BERT_EMBEDDINGS + _BERT_LAYER + _BERT_POOLER + _BERT_HEAD,
         "gpt2": _GPT2_EMBEDDINGS + _GPT2_LAYER + _GPT2_FINAL,
+        "llama": llama,
+        "qwen2": llama[:-2] + _LLAMA_QKV_BIASES + llama[-2:],
+        "mistral": llama,
     }
     if family not in tables:
-        raise ValueError(f"family must be 'bert' or 'gpt2', got {family!r}")
+        raise ValueError(f"family must be one of {sorted(tables)}, got {family!r}")
     return [(n.theirs, ", ".join(n.ours), n.pattern) for n in tables[family]]
 
 
@@ -173,8 +226,22 @@ def _bert_names(model: TextEncoder) -> list[_Name]:
 def _gpt2_names(model: LanguageModel) -> list[_Name]:
     names = _GPT2_EMBEDDINGS + _layers(_GPT2_LAYER, model.config.decoder_layers)
     if model.generator.table is not model.embedding.table:
-        names = names + [_Name("lm_head.weight", ("generator.table",), _SAME)]
+        names = names + _UNTIED
     return names + _GPT2_FINAL
+
+
+def _llama_names(model: LanguageModel) -> list[_Name]:
+    block = model.blocks.layers[0]
+    layer = list(_LLAMA_LAYER)
+    if block.self_attention.b_q is not None:
+        layer += _LLAMA_QKV_BIASES
+    if block.self_attention.b_o is not None:
+        layer += _LLAMA_BIASES
+    names = _LLAMA_EMBEDDINGS + _layers(layer, model.config.decoder_layers)
+    names += _LLAMA_FINAL
+    if model.generator.table is not model.embedding.table:
+        names += _UNTIED
+    return names
 
 
 # their activation names -> ours; the first of each is what to_huggingface writes
@@ -193,6 +260,7 @@ _TIED = {
     "cls.predictions.decoder.bias": "cls.predictions.bias",
     "lm_head.weight": "wte.weight",
 }
+_LLAMA_TIED = {"lm_head.weight": "embed_tokens.weight"}
 
 
 def _activation(name: str) -> str:
@@ -245,16 +313,100 @@ def _gpt2(config: dict, theirs: set[str], fused: bool) -> LanguageModel:
     )  # fmt: skip
 
 
+def _rotary_base(config: dict) -> float:
+    """RoPE's base theta, or a ValueError for a rotary scheme the library lacks."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":
+        raise ValueError(
+            f"config rope_parameters rope_type={kind!r} does not convert: "
+            "the named rotary positions are unscaled ('default')"
+        )
+    factor = rope.get("partial_rotary_factor", config.get("partial_rotary_factor"))
+    if factor not in (None, 1.0):
+        raise ValueError(
+            f"config partial_rotary_factor={factor!r} does not convert: "
+            "the named rotary positions turn every key channel"
+        )
+    return float(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+
+
+def _window(config: dict) -> int | None:
+    """The sliding window of every layer (Mistral; Qwen2 when all layers slide)."""
+    if config["model_type"] == "mistral":
+        return config.get("sliding_window")
+    if config["model_type"] == "qwen2" and config.get("use_sliding_window"):
+        kinds = set(config.get("layer_types") or ["sliding_attention"])
+        if kinds != {"sliding_attention"}:
+            raise ValueError(
+                f"config layer_types={config['layer_types']!r} does not convert: "
+                "the named model slides one window over every layer or none"
+            )
+        return config["sliding_window"]
+    return None
+
+
+def _biases(config: dict) -> tuple[bool, bool | None]:
+    """(bias, qkv_bias) of the TransformerConfig, or a ValueError."""
+    if config["model_type"] == "qwen2":
+        return False, True  # q, k, v biases; none on o_proj or the MLP
+    attention = config.get("attention_bias", False)
+    mlp = config.get("mlp_bias", False)
+    if attention != mlp:
+        raise ValueError(
+            f"config attention_bias={attention!r} with mlp_bias={mlp!r} does not "
+            "convert: the named block has biases everywhere or nowhere"
+        )
+    return bool(attention), None
+
+
+def _llama(config: dict, theirs: set[str], fused: bool) -> LanguageModel:
+    layer, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or layer // heads
+    if layer % heads != 0 or head_dim != layer // heads:
+        raise ValueError(
+            f"config head_dim={head_dim} does not convert: the named heads are "
+            f"hidden_size / num_attention_heads = {layer / heads:g} wide"
+        )
+    if config.get("attention_dropout"):
+        raise ValueError(
+            f"config attention_dropout={config['attention_dropout']!r} does not "
+            "convert: the named model's dropout would drop more than the weights"
+        )
+    bias, qkv_bias = _biases(config)
+    options = TransformerConfig.llama(
+        decoder_layers=config["num_hidden_layers"], layer=layer, heads=heads,
+        kv_heads=config.get("num_key_value_heads") or heads,
+        hidden=config["intermediate_size"],
+        activation=_activation(config.get("hidden_act", "silu")),
+        eps=config.get("rms_norm_eps", 1e-6), fused_attention=fused,
+        rotary_base=_rotary_base(config), window=_window(config),
+        bias=bias, qkv_bias=qkv_bias,
+    )  # fmt: skip
+    # a base model (LlamaModel) has no output layer: the named one ties its own
+    tied = config.get("tie_word_embeddings", False) or "lm_head.weight" not in theirs
+    return LanguageModel(
+        config["vocab_size"], options, positions="rotary",
+        max_positions=config.get("max_position_embeddings", 2048),
+        scale_embeddings=False, tie_output=tied, output_bias=False,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class _Family:
     build: Callable[[dict, set[str], bool], nn.Module]
     names: Callable[[nn.Module], list[_Name]]
     prefix: str  # of the body's names inside the model with a head
+    tied: Mapping[str, str]  # names repeating another tensor when tied
 
 
+_LLAMA = _Family(_llama, _llama_names, "model.", _LLAMA_TIED)
 _FAMILIES = {
-    "bert": _Family(_bert, _bert_names, "bert."),
-    "gpt2": _Family(_gpt2, _gpt2_names, "transformer."),
+    "bert": _Family(_bert, _bert_names, "bert.", _TIED),
+    "gpt2": _Family(_gpt2, _gpt2_names, "transformer.", _TIED),
+    "llama": _LLAMA,
+    "qwen2": _LLAMA,
+    "mistral": _LLAMA,
 }
 
 
@@ -304,17 +456,25 @@ def from_huggingface(
     *,
     fused_attention: bool = False,
 ) -> TextEncoder | LanguageModel:
-    """A ``transformers`` BERT or GPT-2 model as the named modules, weights copied.
+    """A ``transformers`` BERT, GPT-2, Llama, Qwen2 or Mistral model as the named
+    modules, weights copied.
 
-    ``model`` is a ``BertModel``, ``BertForMaskedLM``, ``GPT2Model`` or
-    ``GPT2LMHeadModel``; or its config (object or dictionary) with ``state_dict``.
-    BERT becomes a :class:`~named_transformer.models.text_encoder.TextEncoder` (with
-    pooler and head when the checkpoint has them), GPT-2 a
-    :class:`~named_transformer.models.language_model.LanguageModel`, in the
+    ``model`` is a ``BertModel``, ``BertForMaskedLM``, ``GPT2Model``,
+    ``GPT2LMHeadModel``, ``LlamaForCausalLM``, ``Qwen2ForCausalLM``,
+    ``MistralForCausalLM`` or one of their base models (``LlamaModel``, ...); or its
+    config (object or dictionary) with ``state_dict``. BERT becomes a
+    :class:`~named_transformer.models.text_encoder.TextEncoder` (with pooler and head
+    when the checkpoint has them), the others a
+    :class:`~named_transformer.models.language_model.LanguageModel` (Llama's family
+    with rotary positions, :meth:`TransformerConfig.llama
+    <named_transformer.models.config.TransformerConfig.llama>`'s block; a base model
+    with its output tied to the embedding), in the
     checkpoint's dtype and eval mode (``fused_attention``: the
     :class:`~named_transformer.models.config.TransformerConfig` option). A tensor
     that does not fit raises ValueError naming it, its shape and the named shape
-    expected; so do missing and unknown tensors.
+    expected; so do missing and unknown tensors. A config the named code does not
+    implement (a scaled rotary scheme, a ``head_dim`` other than width / heads, ...)
+    raises ValueError naming the field.
     """
     if state_dict is None:
         state_dict, model = model.state_dict(), model.config
@@ -323,7 +483,7 @@ def from_huggingface(
     if family is None:
         raise ValueError(
             f"model_type {config.get('model_type')!r} does not convert: "
-            "bert and gpt2 do"
+            f"{', '.join(_FAMILIES)} do"
         )
     theirs = {k.removeprefix(family.prefix): v for k, v in state_dict.items()}
     theirs = {k: v for k, v in theirs.items() if not _BUFFERS.search(k)}
@@ -334,7 +494,7 @@ def from_huggingface(
     expected = {name.theirs for name in names}
     if missing := sorted(expected - set(theirs)):
         raise ValueError(f"checkpoint has no tensor {missing[0]!r}")
-    for name, tied_to in _TIED.items():
+    for name, tied_to in family.tied.items():
         if name in theirs and name not in expected:
             if not torch.equal(theirs.pop(name), theirs[tied_to]):
                 raise ValueError(f"checkpoint tensor {name!r} is not {tied_to!r}")
@@ -379,6 +539,8 @@ def _gpt2_config(ours: LanguageModel) -> dict:
     _check(not ours.embedding.scale, "GPT-2 does not scale its embeddings")
     _check(c.norm_first and c.has_final_norm, "GPT-2 is pre-norm with a final norm")
     _check(ours.generator.bias is None, "GPT-2's output has no bias")
+    _check(c.norm == "layer" and c.feed_forward == "plain",
+           "GPT-2 has LayerNorm and a plain feed-forward")  # fmt: skip
     vocab = ours.embedding.table.shape[0]
     return dict(
         vocab_size=vocab,
@@ -394,23 +556,95 @@ def _gpt2_config(ours: LanguageModel) -> dict:
     )  # fmt: skip
 
 
-# --8<-- [start:to_huggingface]
-def to_huggingface(model: TextEncoder | LanguageModel) -> nn.Module:
-    """The ``transformers`` model with the same weights: a ``BertModel`` (or
-    ``BertForMaskedLM`` with a head) or a ``GPT2LMHeadModel``, in eval mode.
+def _rotary(model: LanguageModel) -> Rotary | None:
+    """The rotary part of the first block's self-attention, if it has one."""
+    scheme = model.blocks.layers[0].self_attention.position_scheme()
+    return scheme if isinstance(scheme, Rotary) else None
 
-    Each tensor is our weight laid out by the pattern of :func:`checkpoint_names` read
-    backwards. A model the reference cannot express (pre-norm BERT, sinusoidal GPT-2,
-    ...) raises ValueError saying why.
+
+def _llama_type(model: LanguageModel) -> str:
+    """The family a Llama-like model writes as: q/k/v biases alone are Qwen2's, a
+    window is Mistral's, anything else Llama's."""
+    c = model.config
+    qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
+    if qkv_bias and not c.bias:
+        return "qwen2"
+    return "mistral" if c.window is not None else "llama"
+
+
+def _llama_config(ours: LanguageModel, model_type: str) -> dict:
+    c, rotary = ours.config, _rotary(ours)
+    _check(rotary is not None and isinstance(ours.positions, NoPositions),
+           "Llama's positions are rotary, inside the attention only")  # fmt: skip
+    _check(not ours.embedding.scale, "Llama does not scale its embeddings")
+    _check(c.norm_first and c.has_final_norm and c.norm == "rms",
+           "Llama is pre-norm with RMSNorm and a final RMSNorm")  # fmt: skip
+    _check(c.feed_forward == "gated", "Llama's feed-forward is gated")
+    _check(ours.generator.bias is None, "Llama's output has no bias")
+    qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
+    biases = {
+        "llama": qkv_bias == c.bias, "qwen2": qkv_bias and not c.bias,
+        "mistral": not (qkv_bias or c.bias),
+    }  # fmt: skip
+    _check(biases[model_type], f"these biases are not {model_type}'s")
+    _check(c.window is None or model_type != "llama", "Llama has no sliding window")
+    config = dict(
+        vocab_size=ours.embedding.table.shape[0], hidden_size=c.layer,
+        intermediate_size=c.hidden, num_hidden_layers=c.decoder_layers,
+        num_attention_heads=c.heads, num_key_value_heads=c.kv_heads or c.heads,
+        hidden_act=_THEIR_ACTIVATIONS[c.activation],
+        max_position_embeddings=ours.max_positions, rms_norm_eps=c.eps,
+        tie_word_embeddings=ours.generator.table is ours.embedding.table,
+        rope_parameters={"rope_type": "default", "rope_theta": rotary.base},
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    if model_type == "llama":
+        config |= dict(attention_bias=c.bias, mlp_bias=c.bias, head_dim=c.key)
+    elif model_type == "mistral":
+        config |= dict(sliding_window=c.window, head_dim=c.key)
+    else:  # qwen2: every layer slides when one window is set
+        config |= dict(use_sliding_window=c.window is not None,
+                       sliding_window=c.window, max_window_layers=0)  # fmt: skip
+    return config
+
+
+# --8<-- [start:to_huggingface]
+def to_huggingface(
+    model: TextEncoder | LanguageModel, *, model_type: str | None = None
+) -> nn.Module:
+    """The ``transformers`` model with the same weights: a ``BertModel`` (or
+    ``BertForMaskedLM`` with a head), a ``GPT2LMHeadModel``, or for a model with
+    rotary positions a ``LlamaForCausalLM``, ``Qwen2ForCausalLM`` or
+    ``MistralForCausalLM``, in eval mode.
+
+    ``model_type`` (``"llama"``, ``"qwen2"``, ``"mistral"``) picks among the last
+    three; by default q/k/v biases alone make Qwen2, a window Mistral, the rest
+    Llama. Each tensor is our weight laid out by the pattern of
+    :func:`checkpoint_names` read backwards. A model the reference cannot express
+    (pre-norm BERT, sinusoidal GPT-2, ...) raises ValueError saying why.
     """
     import transformers as hf
 
+    llama_classes = {
+        "llama": (hf.LlamaConfig, hf.LlamaForCausalLM),
+        "qwen2": (hf.Qwen2Config, hf.Qwen2ForCausalLM),
+        "mistral": (hf.MistralConfig, hf.MistralForCausalLM),
+    }
     if isinstance(model, TextEncoder):
         family, config = _FAMILIES["bert"], hf.BertConfig(**_bert_config(model))
         if model.head is not None:
             theirs = hf.BertForMaskedLM(config)
         else:
             theirs = hf.BertModel(config, add_pooling_layer=model.pooler is not None)
+    elif isinstance(model, LanguageModel) and _rotary(model) is not None:
+        kind = _llama_type(model) if model_type is None else model_type
+        if kind not in llama_classes:
+            raise ValueError(
+                f"model_type must be one of {sorted(llama_classes)}, got {kind!r}"
+            )
+        config_class, model_class = llama_classes[kind]
+        family = _FAMILIES[kind]
+        theirs = model_class(config_class(**_llama_config(model, kind)))
     elif isinstance(model, LanguageModel):
         family, config = _FAMILIES["gpt2"], hf.GPT2Config(**_gpt2_config(model))
         theirs = hf.GPT2LMHeadModel(config)
@@ -426,7 +660,7 @@ def to_huggingface(model: TextEncoder | LanguageModel) -> nn.Module:
         state[prefix + name.theirs] = _theirs(name, _parameters(model, name))
     missing, unexpected = theirs.load_state_dict(state, strict=False)
     stripped = (k.removeprefix(family.prefix) for k in missing)
-    left = [k for k in stripped if k not in _TIED and not _BUFFERS.search(k)]
+    left = [k for k in stripped if k not in family.tied and not _BUFFERS.search(k)]
     if left or unexpected:
         raise ValueError(f"internal: tensors {left or unexpected} did not convert")
     return theirs.eval()

@@ -405,6 +405,13 @@ def _feed_forward_to_torch(theirs: nn.Module, ours: FeedForward) -> None:
 def _torch_layer_options(
     ours: nn.Module, residual: nn.Module, batch_first: bool
 ) -> dict:
+    if not isinstance(residual.norm, LayerNorm):
+        raise ValueError("PyTorch's Transformer layers have no RMSNorm (norm='rms')")
+    if not isinstance(ours.feed_forward, FeedForward):
+        raise ValueError(
+            "PyTorch's Transformer layers have no gated feed-forward "
+            "(feed_forward='gated')"
+        )
     return {
         "dropout": residual.dropout,
         "activation": _torch_activation(ours.feed_forward.activation),

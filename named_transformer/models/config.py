@@ -6,13 +6,22 @@ $d_{\text{model}} = |\mathsf{layer}| = 512$, $h = |\mathsf{heads}| = 8$,
 $d_{ff} = |\mathsf{hidden}| = 2048$, $P_{drop} = 0.1$, so
 $|\mathsf{key}| = |\mathsf{val}| = 64$. "big": 1024 wide, 16 heads, hidden 4096,
 dropout 0.3.
+
+The modern block (Llama, Qwen2, Mistral) is the same configuration with other choices:
+``norm="rms"``, ``feed_forward="gated"`` with ``activation="silu"``, ``bias=False``,
+``norm_first=True``, ``kv_heads`` and ``rotary_base`` (:meth:`TransformerConfig.llama`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from named_transformer.models.sublayers import ACTIVATIONS, Activation
+from named_transformer.models.sublayers import (
+    ACTIVATIONS,
+    Activation,
+    FeedForwardKind,
+    NormKind,
+)
 
 __all__ = ["TransformerConfig"]
 
@@ -46,6 +55,16 @@ class TransformerConfig:
     window: int | None = None
     # rotary positions' base theta (RoFormer and Llama 1-2: 10000; Llama 3: 500000)
     rotary_base: float = 10000.0
+    # every normalisation: "layer" (LayerNorm, the paper) or "rms" (RMSNorm, Llama)
+    norm: NormKind = "layer"
+    # "plain" (W^2 . act(W^1 . X)) or "gated" (SwiGLU with activation="silu", Llama)
+    feed_forward: FeedForwardKind = "plain"
+    # every additive parameter (attention and feed-forward biases, LayerNorm's beta);
+    # False: none (Llama, Mistral)
+    bias: bool = True
+    # the query, key and value projections' biases alone; None = same as bias
+    # (Qwen2: bias=False, qkv_bias=True)
+    qkv_bias: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("encoder_layers", "decoder_layers"):
@@ -83,6 +102,12 @@ class TransformerConfig:
             raise ValueError(
                 f"rotary_base must be greater than 1, got {self.rotary_base}"
             )
+        if self.norm not in ("layer", "rms"):
+            raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
+        if self.feed_forward not in ("plain", "gated"):
+            raise ValueError(
+                f"feed_forward must be 'plain' or 'gated', got {self.feed_forward!r}"
+            )
         if self.window is not None and self.window < 1:
             raise ValueError(
                 f"window must be at least 1 (the query itself), got {self.window}"
@@ -97,6 +122,20 @@ class TransformerConfig:
     def big(cls) -> TransformerConfig:
         """The paper's big model."""
         return cls(layer=1024, heads=16, hidden=4096, dropout=0.3)
+
+    @classmethod
+    def llama(cls, **sizes) -> TransformerConfig:
+        r"""The Llama block's choices (pre-norm with RMSNorm and a final one, SwiGLU,
+        no biases, no dropout, RMSNorm's $\epsilon = 10^{-6}$); ``sizes`` (layer,
+        heads, kv_heads, hidden, decoder_layers, rotary_base, window, ...) override
+        any of them. The positions are rotary: build the model with
+        ``LanguageModel(vocab, config, positions="rotary", scale_embeddings=False)``.
+        """
+        choices = dict(
+            norm_first=True, final_norm=True, norm="rms", feed_forward="gated",
+            activation="silu", bias=False, dropout=0.0, eps=1e-6, encoder_layers=1,
+        )  # fmt: skip
+        return cls(**{**choices, **sizes})
 
     @property
     def key(self) -> int:
@@ -117,6 +156,10 @@ class TransformerConfig:
             "fused_attention": self.fused_attention,
             "attention_block": self.attention_block,
             "kv_heads": self.kv_heads,
+            "norm": self.norm,
+            "feed_forward": self.feed_forward,
+            "bias": self.bias,
+            "qkv_bias": self.qkv_bias,
         }
 
 

@@ -24,7 +24,13 @@ from named_transformer.axes import checked
 from named_transformer.models.encoder import _biased, _recording, _Stack
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
-from named_transformer.models.sublayers import Activation, FeedForward, Residual
+from named_transformer.models.sublayers import (
+    Activation,
+    FeedForwardKind,
+    NormKind,
+    Residual,
+    build_feed_forward,
+)
 
 __all__ = ["Decoder", "DecoderLayer"]
 
@@ -37,7 +43,9 @@ class DecoderLayer(CountsParameters, nn.Module):
     builds it with no attention or feed-forward biases and no LayerNorm $\beta$.
     ``kv_heads`` makes the self-attention grouped-query (the one whose keys and values
     a decoder caches); the cross-attention keeps ``heads``. ``attention_block`` makes
-    both attentions blockwise (``MultiHeadAttention``'s ``block``).
+    both attentions blockwise (``MultiHeadAttention``'s ``block``). ``norm``,
+    ``feed_forward`` and ``qkv_bias`` are those of
+    :class:`~named_transformer.models.encoder.EncoderLayer`.
     """
 
     def __init__(
@@ -55,21 +63,26 @@ class DecoderLayer(CountsParameters, nn.Module):
         bias: bool = True,
         kv_heads: int | None = None,
         attention_block: int | None = None,
+        norm: NormKind = "layer",
+        feed_forward: FeedForwardKind = "plain",
+        qkv_bias: bool | None = None,
     ) -> None:
         super().__init__()
         self.self_attention = MultiHeadAttention(
             layer, heads, dropout=dropout, fused=fused_attention, bias=bias,
-            kv_heads=kv_heads, block=attention_block,
+            kv_heads=kv_heads, block=attention_block, qkv_bias=qkv_bias,
         )  # fmt: skip
         self.cross_attention = MultiHeadAttention(
             layer, heads, memory=memory, dropout=dropout, fused=fused_attention,
-            bias=bias, block=attention_block,
+            bias=bias, block=attention_block, qkv_bias=qkv_bias,
         )  # fmt: skip
-        self.feed_forward = FeedForward(
-            layer, hidden, activation=activation, dropout=dropout, bias=bias
-        )
+        self.feed_forward = build_feed_forward(
+            feed_forward, layer, hidden, activation=activation, dropout=dropout,
+            bias=bias,
+        )  # fmt: skip
         options = {
-            "dropout": dropout, "norm_first": norm_first, "eps": eps, "bias": bias
+            "dropout": dropout, "norm_first": norm_first, "eps": eps, "bias": bias,
+            "norm": norm,
         }  # fmt: skip
         self.self_attention_residual = Residual(layer, **options)
         self.cross_attention_residual = Residual(layer, **options)

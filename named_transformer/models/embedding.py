@@ -34,6 +34,7 @@ from named_transformer.core.positions import sinusoidal_positions
 
 __all__ = [
     "LearnedPositions",
+    "NoPositions",
     "SinusoidalPositions",
     "TokenEmbedding",
     "add_positions",
@@ -195,3 +196,23 @@ class LearnedPositions(nn.Module):
 
 
 # --8<-- [end:LearnedPositions]
+
+
+# --8<-- [start:NoPositions]
+class NoPositions(nn.Module):
+    """Dropout only: with relative, rotary or ALiBi positions (a scheme of the
+    attention) nothing is added to the embeddings."""
+
+    def __init__(self, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dropout = dropout
+
+    @checked
+    def forward(
+        self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
+    ) -> Float[Tensor, "*batch seq layer"]:
+        del offset
+        return drop(inputs, self.dropout, self.training)
+
+
+# --8<-- [end:NoPositions]

@@ -26,9 +26,13 @@ from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.sublayers import (
     Activation,
-    FeedForward,
+    FeedForwardKind,
     LayerNorm,
+    NormKind,
     Residual,
+    RMSNorm,
+    build_feed_forward,
+    build_norm,
 )
 
 __all__ = ["Encoder", "EncoderLayer"]
@@ -71,6 +75,9 @@ class EncoderLayer(CountsParameters, nn.Module):
     attention or feed-forward biases, no LayerNorm $\beta$ (PyTorch's ``bias=False``).
     ``kv_heads`` makes the self-attention grouped-query (multi-query when 1).
     ``attention_block`` makes it blockwise (``MultiHeadAttention``'s ``block``).
+    ``norm="rms"`` and ``feed_forward="gated"`` make it Llama's block (with
+    ``norm_first=True``, ``bias=False``); ``qkv_bias`` keeps $b^Q, b^K, b^V$ alone
+    (Qwen2).
     """
 
     def __init__(
@@ -87,18 +94,22 @@ class EncoderLayer(CountsParameters, nn.Module):
         bias: bool = True,
         kv_heads: int | None = None,
         attention_block: int | None = None,
+        norm: NormKind = "layer",
+        feed_forward: FeedForwardKind = "plain",
+        qkv_bias: bool | None = None,
     ) -> None:
         super().__init__()
         self.self_attention = MultiHeadAttention(
             layer, heads, dropout=dropout, fused=fused_attention, bias=bias,
-            kv_heads=kv_heads, block=attention_block,
+            kv_heads=kv_heads, block=attention_block, qkv_bias=qkv_bias,
         )  # fmt: skip
-        self.feed_forward = FeedForward(
-            layer, hidden, activation=activation, dropout=dropout, bias=bias
-        )
+        self.feed_forward = build_feed_forward(
+            feed_forward, layer, hidden, activation=activation, dropout=dropout,
+            bias=bias,
+        )  # fmt: skip
         options = {"dropout": dropout, "norm_first": norm_first, "eps": eps}
-        self.attention_residual = Residual(layer, **options, bias=bias)
-        self.feed_forward_residual = Residual(layer, **options, bias=bias)
+        self.attention_residual = Residual(layer, **options, bias=bias, norm=norm)
+        self.feed_forward_residual = Residual(layer, **options, bias=bias, norm=norm)
 
     @checked
     def forward(
@@ -138,7 +149,9 @@ class _Stack(CountsParameters, nn.Module):
     layer_type: type[nn.Module]
 
     def __init__(
-        self, layers: list[nn.Module] | nn.ModuleList, norm: LayerNorm | None = None
+        self,
+        layers: list[nn.Module] | nn.ModuleList,
+        norm: LayerNorm | RMSNorm | None = None,
     ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
@@ -155,20 +168,23 @@ class _Stack(CountsParameters, nn.Module):
         final_norm: bool = False,
         eps: float = 1e-5,
         bias: bool = True,
+        norm: NormKind = "layer",
         **options,
     ) -> _Stack:
         """``num_layers`` fresh layers (``options`` go to each layer; ``bias=False``
-        reaches the final LayerNorm too)."""
+        and ``norm`` reach the final normalisation too)."""
         if num_layers < 1:
             raise ValueError(
                 f"{cls.__name__} needs at least one layer, got num_layers={num_layers}"
             )
         layers = [
-            cls.layer_type(layer, heads, hidden, eps=eps, bias=bias, **options)
+            cls.layer_type(
+                layer, heads, hidden, eps=eps, bias=bias, norm=norm, **options
+            )
             for _ in range(num_layers)
         ]
-        norm = LayerNorm(layer, eps, bias=bias) if final_norm else None
-        return cls(layers, norm)
+        final = build_norm(norm, layer, eps, bias=bias) if final_norm else None
+        return cls(layers, final)
 
 
 # --8<-- [start:Encoder]

@@ -18,6 +18,11 @@ et al. 2020, "On Layer Normalization in the Transformer Architecture") but its o
 grows with depth, so pre-norm stacks add a final LayerNorm (PyTorch's
 ``nn.Transformer`` always has one). Post-norm is the default here; ``norm_first=True``
 selects pre-norm, PyTorch's name.
+
+Two variation points of the block are modern options: the normalisation (``norm``:
+``"layer"``, or ``"rms"`` for :class:`RMSNorm`) and the feed-forward (``"plain"``, or
+``"gated"`` for :class:`GatedFeedForward`, SwiGLU with SiLU). Llama, Qwen and Mistral
+blocks are pre-norm with both.
 """
 
 from __future__ import annotations
@@ -31,10 +36,29 @@ from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.core.dropout import dropout
-from named_transformer.core.feedforward import feed_forward, gelu, gelu_tanh, relu, silu
-from named_transformer.core.norm import layer_norm
+from named_transformer.core.feedforward import (
+    feed_forward,
+    gated_feed_forward,
+    gelu,
+    gelu_tanh,
+    relu,
+    silu,
+)
+from named_transformer.core.norm import layer_norm, rms_norm
 
-__all__ = ["ACTIVATIONS", "Activation", "FeedForward", "LayerNorm", "Residual"]
+__all__ = [
+    "ACTIVATIONS",
+    "Activation",
+    "FeedForward",
+    "FeedForwardKind",
+    "GatedFeedForward",
+    "LayerNorm",
+    "NormKind",
+    "RMSNorm",
+    "Residual",
+    "build_feed_forward",
+    "build_norm",
+]
 
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -69,6 +93,45 @@ class LayerNorm(nn.Module):
 
 
 # --8<-- [end:LayerNorm]
+
+
+# --8<-- [start:RMSNorm]
+class RMSNorm(nn.Module):
+    r"""$\dfrac{X}{\sqrt{\nfun{layer}{mean}(X^2) + \epsilon}} \odot g$ with a learned
+    gain $g$ (named ``gamma``, as LayerNorm's) and no shift.
+
+    ``eps`` is the model's: $10^{-6}$ in Llama 2, Qwen2 and Mistral, $10^{-5}$ in
+    SmolLM2. ``torch.nn.RMSNorm`` and Llama's ``LlamaRMSNorm`` compute the same.
+    """
+
+    def __init__(self, layer: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(layer))
+
+    @checked
+    def forward(
+        self, inputs: Float[Tensor, "*batch layer"]
+    ) -> Float[Tensor, "*batch layer"]:
+        return rms_norm(inputs, self.gamma, self.eps)
+
+
+NormKind = Literal["layer", "rms"]
+
+
+def build_norm(
+    kind: NormKind, layer: int, eps: float = 1e-5, *, bias: bool = True
+) -> LayerNorm | RMSNorm:
+    """The normalisation ``kind`` names: ``"layer"`` (:class:`LayerNorm`, $\beta$
+    unless ``bias=False``) or ``"rms"`` (:class:`RMSNorm`, never a shift)."""
+    if kind == "layer":
+        return LayerNorm(layer, eps, bias=bias)
+    if kind == "rms":
+        return RMSNorm(layer, eps)
+    raise ValueError(f"norm must be 'layer' or 'rms', got {kind!r}")
+
+
+# --8<-- [end:RMSNorm]
 
 
 # --8<-- [start:FeedForward]
@@ -119,13 +182,92 @@ class FeedForward(nn.Module):
 # --8<-- [end:FeedForward]
 
 
+# --8<-- [start:GatedFeedForward]
+class GatedFeedForward(nn.Module):
+    r"""$\big(\operatorname{silu}(X \ndot{layer} W^{gate})
+    \circ (X \ndot{layer} W^{up})\big) \ndot{hidden} W^{down}$ at every position
+    (SwiGLU; Shazeer 2020).
+
+    ``activation`` names one of :data:`ACTIVATIONS` (Llama's is ``"silu"``; ``"gelu"``
+    gives GEGLU). ``dropout`` drops hidden units after the product. ``bias=True`` adds
+    $b^{gate}, b^{up}, b^{down}$ (Llama's ``mlp_bias``); Llama, Qwen and Mistral have
+    none, the default.
+    """
+
+    def __init__(
+        self,
+        layer: int,
+        hidden: int,
+        *,
+        activation: Activation = "silu",
+        dropout: float = 0.0,
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}"
+            )
+        self.activation, self.dropout = activation, dropout
+        bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
+        self.w_gate = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
+        self.w_up = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
+        self.w_down = nn.Parameter(torch.empty(layer, hidden).uniform_(-bound2, bound2))
+        self.b_gate = self.b_up = self.b_down = None
+        if bias:
+            self.b_gate = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
+            self.b_up = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
+            self.b_down = nn.Parameter(torch.empty(layer).uniform_(-bound2, bound2))
+
+    def _activate(self, hidden: Tensor) -> Tensor:
+        hidden = ACTIVATIONS[self.activation](hidden)
+        # dropout after the product: dropping the gate drops the unit
+        return dropout(hidden, self.dropout, self.training)
+
+    @checked
+    def forward(
+        self, inputs: Float[Tensor, "*batch layer"]
+    ) -> Float[Tensor, "*batch layer"]:
+        return gated_feed_forward(
+            inputs, self.w_gate, self.w_up, self.w_down,
+            self.b_gate, self.b_up, self.b_down, self._activate,
+        )  # fmt: skip
+
+
+FeedForwardKind = Literal["plain", "gated"]
+
+
+def build_feed_forward(
+    kind: FeedForwardKind,
+    layer: int,
+    hidden: int,
+    *,
+    activation: Activation = "relu",
+    dropout: float = 0.0,
+    bias: bool = True,
+) -> FeedForward | GatedFeedForward:
+    """The feed-forward ``kind`` names: ``"plain"`` (:class:`FeedForward`) or
+    ``"gated"`` (:class:`GatedFeedForward`)."""
+    if kind == "plain":
+        cls = FeedForward
+    elif kind == "gated":
+        cls = GatedFeedForward
+    else:
+        raise ValueError(f"feed_forward must be 'plain' or 'gated', got {kind!r}")
+    return cls(layer, hidden, activation=activation, dropout=dropout, bias=bias)
+
+
+# --8<-- [end:GatedFeedForward]
+
+
 # --8<-- [start:Residual]
 class Residual(nn.Module):
     r"""A residual sublayer connection with its LayerNorm, post-norm or pre-norm.
 
     Post-norm (default, the paper): $\text{LayerNorm}(X + \text{Dropout}(f(X)))$.
     Pre-norm (``norm_first=True``): $X + \text{Dropout}(f(\text{LayerNorm}(X)))$.
-    ``bias=False`` leaves out the LayerNorm's $\beta$.
+    ``bias=False`` leaves out the LayerNorm's $\beta$; ``norm="rms"`` normalises with
+    :class:`RMSNorm` instead (Llama's blocks: pre-norm with RMSNorm).
     """
 
     def __init__(
@@ -136,9 +278,10 @@ class Residual(nn.Module):
         norm_first: bool = False,
         eps: float = 1e-5,
         bias: bool = True,
+        norm: NormKind = "layer",
     ) -> None:
         super().__init__()
-        self.norm = LayerNorm(layer, eps, bias=bias)
+        self.norm = build_norm(norm, layer, eps, bias=bias)
         self.dropout, self.norm_first = dropout, norm_first
 
     @checked

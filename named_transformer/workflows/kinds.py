@@ -34,14 +34,11 @@ from functools import partial
 from typing import Any, TypeVar
 
 import torch
-from jaxtyping import Float
 from torch import Tensor, nn
 
 import named_transformer.models.alibi  # noqa: F401  (registers "alibi")
 import named_transformer.models.relative  # noqa: F401  (registers "relative")
 import named_transformer.models.rotary  # noqa: F401  (registers "rotary")
-from named_transformer.axes import checked
-from named_transformer.core.dropout import dropout
 from named_transformer.decoding import (
     Decoded,
     IncrementalDecoder,
@@ -53,7 +50,7 @@ from named_transformer.decoding import (
 from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import DecoderLayer
-from named_transformer.models.embedding import LearnedPositions
+from named_transformer.models.embedding import LearnedPositions, NoPositions
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.transformer import Transformer
 from named_transformer.models.variants import POSITION_SCHEMES, SchemeRequest
@@ -84,22 +81,6 @@ __all__ = [
 # list.
 AttentionMap = tuple[str, Tensor, list[str], list[str]]
 Strategy = Callable[..., Decoded]
-
-
-class NoPositions(nn.Module):
-    """Dropout only: with relative, rotary or ALiBi positions nothing is added to the
-    embeddings."""
-
-    def __init__(self, dropout: float = 0.1) -> None:
-        super().__init__()
-        self.dropout = dropout
-
-    @checked
-    def forward(
-        self, inputs: Float[Tensor, "*batch seq layer"], offset: int = 0
-    ) -> Float[Tensor, "*batch seq layer"]:
-        del offset
-        return dropout(inputs, self.dropout, self.training)
 
 
 def _labels(tokens: Sequence[str]) -> list[str]:
