@@ -418,3 +418,39 @@ def test_models_transformers_cannot_express_say_why():
     )  # fmt: skip
     with pytest.raises(ValueError, match="GPT-2 has LayerNorm and a plain"):
         nt.to_huggingface(rms_gpt2)
+
+
+# ------------------------------------------------------------- the other paths
+
+
+def test_the_model_kinds_build_the_same_block_from_a_spec():
+    from dataclasses import asdict
+
+    from named_transformer.workflows.kinds import kind_of
+
+    config = nt.TransformerConfig.llama(layer=12, heads=6, kv_heads=3, hidden=20,
+                                        decoder_layers=2, qkv_bias=True)  # fmt: skip
+    spec = {"kind": "decoder-only", "vocab": 13, "positions": "rotary",
+            "max_positions": 64, "config": asdict(config)}  # fmt: skip
+    built = kind_of("decoder-only").build(spec)
+    direct = nt.LanguageModel(13, config, positions="rotary")
+    shapes = {name: p.shape for name, p in direct.named_parameters()}
+    assert {name: p.shape for name, p in built.named_parameters()} == shapes
+    assert type(built.blocks.layers[1].self_attention) is nt.RotaryMultiHeadAttention
+
+
+def test_the_llama_block_compiles_whole_with_checks_off():
+    config = nt.TransformerConfig.llama(layer=12, heads=6, kv_heads=2, hidden=20,
+                                        decoder_layers=1, window=3)  # fmt: skip
+    model = nt.LanguageModel(13, config, positions="rotary").eval()
+    batch = tokens(13)
+    with nt.shape_checks(False), torch.no_grad():
+        compiled = torch.compile(model, fullgraph=True, backend="eager")
+        assert (compiled(batch) - model(batch)).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("option", [dict(norm="rms"), dict(feed_forward="gated")])
+def test_pytorch_layers_have_neither_and_say_so(option):
+    for layer_type in (nt.EncoderLayer, nt.DecoderLayer):
+        with pytest.raises(ValueError, match="^PyTorch's Transformer layers have no"):
+            nt.to_torch(layer_type(8, 2, 16, **option))

@@ -426,10 +426,10 @@ def _encoder_layer_to_torch(
     ours: EncoderLayer, batch_first: bool
 ) -> nn.TransformerEncoderLayer:
     attention = ours.self_attention
+    options = _torch_layer_options(ours, ours.attention_residual, batch_first)
     theirs = nn.TransformerEncoderLayer(
-        attention.layer, attention.heads, ours.feed_forward.w1.shape[0],
-        **_torch_layer_options(ours, ours.attention_residual, batch_first),
-    )  # fmt: skip
+        attention.layer, attention.heads, ours.feed_forward.w1.shape[0], **options
+    )
     theirs = _like(theirs, ours)
     theirs.self_attn = _attention_to_torch(attention, batch_first)
     _feed_forward_to_torch(theirs, ours.feed_forward)
@@ -447,10 +447,10 @@ def _decoder_layer_to_torch(
         raise ValueError(
             "nn.TransformerDecoderLayer needs a memory as wide as the layer"
         )
+    options = _torch_layer_options(ours, ours.self_attention_residual, batch_first)
     theirs = nn.TransformerDecoderLayer(
-        attention.layer, attention.heads, ours.feed_forward.w1.shape[0],
-        **_torch_layer_options(ours, ours.self_attention_residual, batch_first),
-    )  # fmt: skip
+        attention.layer, attention.heads, ours.feed_forward.w1.shape[0], **options
+    )
     theirs = _like(theirs, ours)
     theirs.self_attn = _attention_to_torch(attention, batch_first)
     theirs.multihead_attn = _attention_to_torch(ours.cross_attention, batch_first)

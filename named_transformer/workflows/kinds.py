@@ -121,6 +121,9 @@ class ModelKind:
                             "dropout": config.dropout,
                             "fused": config.fused_attention,
                             "kv_heads": kv_heads,
+                            # the config's biases (Llama: none; Qwen2: q, k, v)
+                            "bias": config.bias,
+                            "qkv_bias": config.qkv_bias,
                         },
                         # an encoder's layers attend both ways
                         causal=isinstance(module, DecoderLayer)
