@@ -394,6 +394,16 @@ def test_configs_the_named_code_does_not_implement_are_refused_in_one_line(
     assert str(error.value) == line
 
 
+def test_an_older_qwen2_config_without_layer_types_is_read_from_max_window_layers():
+    family, sizes = CONFIGS["qwen2-window"]
+    config = hf.Qwen2Config(**sizes).to_dict()
+    state = reference("qwen2-window").state_dict()
+    del config["layer_types"]
+    assert nt.from_huggingface(config, state).config.window == 4
+    with pytest.raises(ValueError, match=r"^config layer_types=\['full_attention', "):
+        nt.from_huggingface(dict(config, max_window_layers=1), state)
+
+
 def test_partial_rotary_factor_is_refused():
     family, sizes = CONFIGS["llama-gqa-untied"]
     config = dict(hf.LlamaConfig(**sizes).to_dict(), partial_rotary_factor=0.5)

@@ -336,10 +336,14 @@ def _window(config: dict) -> int | None:
     if config["model_type"] == "mistral":
         return config.get("sliding_window")
     if config["model_type"] == "qwen2" and config.get("use_sliding_window"):
-        kinds = set(config.get("layer_types") or ["sliding_attention"])
-        if kinds != {"sliding_attention"}:
+        first = config.get("max_window_layers", 0)  # older configs: no layer_types
+        kinds = config.get("layer_types") or [
+            "sliding_attention" if i >= first else "full_attention"
+            for i in range(config["num_hidden_layers"])
+        ]
+        if set(kinds) != {"sliding_attention"}:
             raise ValueError(
-                f"config layer_types={config['layer_types']!r} does not convert: "
+                f"config layer_types={kinds!r} does not convert: "
                 "the named model slides one window over every layer or none"
             )
         return config["sliding_window"]
