@@ -97,6 +97,7 @@ register_positions(  # an encoder's layers attend both ways: |j - i|
 )
 # --8<-- [end:ALiBiMultiHeadAttention]
 
+
 def _run_alibi(arguments: dict) -> tuple:
     """0.4.0's ALiBi functions: their slopes and symmetry make the part."""
     return run_legacy(arguments, ALiBi(arguments["slopes"], arguments["symmetric"]))

@@ -194,8 +194,6 @@ def stacked_projection(
     return q, k, v
 
 
-
-
 @checked
 def stacked_weights(
     weights: AttentionWeights,
