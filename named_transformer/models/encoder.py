@@ -168,11 +168,11 @@ class _Stack(CountsParameters, nn.Module):
         final_norm: bool = False,
         eps: float = 1e-5,
         bias: bool = True,
-        norm: NormKind = "layer",
         **options,
     ) -> _Stack:
         """``num_layers`` fresh layers (``options`` go to each layer; ``bias=False``
-        and ``norm`` reach the final normalisation too)."""
+        and ``norm``, the norm kind, reach the final normalisation too)."""
+        norm: NormKind = options.pop("norm", "layer")
         if num_layers < 1:
             raise ValueError(
                 f"{cls.__name__} needs at least one layer, got num_layers={num_layers}"
