@@ -291,3 +291,30 @@ def test_the_checker_catches_what_it_should(tmp_path):
     )
     assert len(raw_operations(sample)) == 4  # .view, @, .T, torch.einsum
     assert len(annotation_problems(sample)) == 3  # not checked, bare arg, bare return
+
+
+def test_no_docstring_holds_a_control_character():
+    """A non-raw docstring turns TeX's ``\\beta`` into a backspace and ``\\frac``
+    into a form feed, which KaTeX then refuses on the API pages: write ``r\"\"\"``."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import named_transformer
+
+    control = {"\x07", "\x08", "\x0b", "\x0c"}
+    found = []
+    for info in pkgutil.walk_packages(named_transformer.__path__, "named_transformer."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        objects = [("", module), *vars(module).items()]
+        for name, obj in objects:
+            members = [(name, obj)]
+            if inspect.isclass(obj):
+                members += [(f"{name}.{n}", o) for n, o in vars(obj).items()]
+            for label, member in members:
+                doc = getattr(member, "__doc__", None)
+                if isinstance(doc, str) and control & set(doc):
+                    found.append(f"{info.name}:{label}")
+    assert not found, f"docstrings with control characters: {sorted(set(found))}"

@@ -122,7 +122,7 @@ NormKind = Literal["layer", "rms"]
 def build_norm(
     kind: NormKind, layer: int, eps: float = 1e-5, *, bias: bool = True
 ) -> LayerNorm | RMSNorm:
-    """The normalisation ``kind`` names: ``"layer"`` (:class:`LayerNorm`, $\beta$
+    r"""The normalisation ``kind`` names: ``"layer"`` (:class:`LayerNorm`, $\beta$
     unless ``bias=False``) or ``"rms"`` (:class:`RMSNorm`, never a shift)."""
     if kind == "layer":
         return LayerNorm(layer, eps, bias=bias)
