@@ -134,8 +134,25 @@ def build_norm(
 # --8<-- [end:RMSNorm]
 
 
+class _Activated(nn.Module):
+    """What both feed-forward networks share: a named activation, then dropout on
+    the hidden units (after the gate's product in the gated one)."""
+
+    def __init__(self, activation: Activation, dropout: float) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}"
+            )
+        self.activation, self.dropout = activation, dropout
+
+    def _activate(self, hidden: Tensor) -> Tensor:
+        hidden = ACTIVATIONS[self.activation](hidden)
+        return dropout(hidden, self.dropout, self.training)
+
+
 # --8<-- [start:FeedForward]
-class FeedForward(nn.Module):
+class FeedForward(_Activated):
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$ at every
     position.
 
@@ -153,12 +170,7 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
     ) -> None:
-        super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}"
-            )
-        self.activation, self.dropout = activation, dropout
+        super().__init__(activation, dropout)
         bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
         self.w1 = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
         # registered in the order w1, b1, w2, b2 that saved optimizer states expect
@@ -167,10 +179,6 @@ class FeedForward(nn.Module):
         self.b2 = nn.Parameter(torch.empty(layer).uniform_(-bound2, bound2))
         if not bias:
             self.b1 = self.b2 = None
-
-    def _activate(self, hidden: Tensor) -> Tensor:
-        hidden = ACTIVATIONS[self.activation](hidden)
-        return dropout(hidden, self.dropout, self.training)
 
     @checked
     def forward(
@@ -183,7 +191,7 @@ class FeedForward(nn.Module):
 
 
 # --8<-- [start:GatedFeedForward]
-class GatedFeedForward(nn.Module):
+class GatedFeedForward(_Activated):
     r"""$\big(\operatorname{silu}(X \ndot{layer} W^{gate})
     \circ (X \ndot{layer} W^{up})\big) \ndot{hidden} W^{down}$ at every position
     (SwiGLU; Shazeer 2020).
@@ -203,12 +211,7 @@ class GatedFeedForward(nn.Module):
         dropout: float = 0.0,
         bias: bool = False,
     ) -> None:
-        super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}"
-            )
-        self.activation, self.dropout = activation, dropout
+        super().__init__(activation, dropout)
         bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
         self.w_gate = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
         self.w_up = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
@@ -218,11 +221,6 @@ class GatedFeedForward(nn.Module):
             self.b_gate = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
             self.b_up = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
             self.b_down = nn.Parameter(torch.empty(layer).uniform_(-bound2, bound2))
-
-    def _activate(self, hidden: Tensor) -> Tensor:
-        hidden = ACTIVATIONS[self.activation](hidden)
-        # dropout after the product: dropping the gate drops the unit
-        return dropout(hidden, self.dropout, self.training)
 
     @checked
     def forward(
