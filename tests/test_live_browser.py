@@ -744,7 +744,8 @@ def test_widget_reads_odd_input(name, server, site_dir, widget_pages, contexts,
                         if len(shown_output) > 48:
                             shown_output = shown_output[:47] + "…"
                         assert caption(widget).startswith(f"{spec['name']}: “"), where
-                        assert caption(widget).endswith(f" → “{shown_output}”"), where
+                        ending = f" → “{shown_output}”"
+                        assert caption(widget).endswith(ending), where
                         assert len(caption(widget)) <= len(spec["name"]) + 2 * 48 + 9
                     else:
                         assert caption(widget) == spec["title"], where

@@ -66,8 +66,8 @@ def gru_cell_matches_torch(impl: Check) -> None:
          "the reset gate is applied before the hidden projection, W^h·(r ⊙ h), as "
          "in Cho et al.; PyTorch applies it after, r ⊙ (W^h·h + b^h)"),
         (_gru_mistake(inputs, state, weights, cho=False, swap=True),
-         "z and 1 − z are swapped: h' = (1 − z) ⊙ n + z ⊙ h keeps the old state "
-         "where z is 1"),
+         "z and 1 − z are swapped: h' = (1 − z) ⊙ n + z ⊙ h keeps the old "
+         "state where z is 1"),
     ]  # fmt: skip
     _close(impl(inputs, state, *weights), expected, "torch.nn.GRUCell",
            mistakes=mistakes)  # fmt: skip

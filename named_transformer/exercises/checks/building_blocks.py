@@ -39,10 +39,11 @@ def _mistakes(
     """What two known mistakes compute (followed by ``then``), and what to say."""
     return [
         (then(_standardized(inputs, eps, eps_outside=True)),
-         "ε is added outside the square root, √variance + ε; put epsilon inside the "
-         "square root, √(variance + ε)"),
+         "ε is added outside the square root, √variance + ε; put epsilon "
+         "inside the square root, √(variance + ε)"),
         (then(_standardized(inputs, eps, unbiased=True)),
-         "that is the unbiased variance, 1/(n − 1); layer normalisation divides by n"),
+         "that is the unbiased variance, 1/(n − 1); "
+         "layer normalisation divides by n"),
     ]  # fmt: skip
 
 

@@ -106,7 +106,8 @@ def multihead_attention_values_from(impl: Check) -> None:
     w_v = _randn(2, 4, 5, seed=56)
     _same_pair(impl(inputs, memory, w_q, w_k, w_v, w_o, values_from=source),
                _multihead(inputs, memory, (w_q, w_k, w_v, w_o), values_from=source),
-               "with values_from: the values are W^V·X_v, not W^V·memory")  # fmt: skip
+               "with values_from: the values are W^V·X_v, "
+               "not W^V·memory")  # fmt: skip
 
 
 def multihead_attention_score_bias(impl: Check) -> None:
