@@ -37,6 +37,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.core.blockwise import automatic_block, blockwise_attention
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 
@@ -69,10 +70,14 @@ def attention_weights(
     scores = scaled_dot_score(queries, keys)
     if score_bias is None:
         return softmax(scores, mask)
+    return _biased_softmax(scores + score_bias, mask)
+
+
+def _biased_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    r"""$\nfun{seq}{softmax}(S + B + M)$ from the biased scores $S + B$."""
     # B may hold the dtype's most negative number, the value softmax fills masked
     # scores with: here M is a true -inf, so keys that B pushes that low still win over
     # masked keys (as in the fused kernel), and a row with no finite score gets zeros
-    scores = scores + score_bias
     if mask is not None:
         scores = scores.masked_fill(~mask, -torch.inf)
     alive = reduce(scores > -torch.inf, "... seq_q seq -> ... seq_q 1", "any")
@@ -111,7 +116,17 @@ def attention(
     ``score_bias`` is the additive bias $B$ (a float ``attn_mask`` of
     ``scaled_dot_product_attention``). A query row with no allowed key returns zeros
     (and zero gradient), never NaN.
+
+    Long sequences (:func:`~named_transformer.core.blockwise.automatic_block`) go
+    to :func:`~named_transformer.core.blockwise.blockwise_attention`: the same
+    function, without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory.
+    ``attend(attention_weights(...), values)`` always materialises.
     """
+    block = automatic_block(queries.shape[-2], keys.shape[-2])
+    if block is not None:  # the same function, a block of scores at a time
+        return blockwise_attention(
+            queries, keys, values, mask, block, score_bias=score_bias
+        )
     weights = attention_weights(queries, keys, mask, score_bias=score_bias)
     return attend(weights, values)
 

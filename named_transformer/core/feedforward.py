@@ -39,6 +39,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.inside.record import tap
 
 __all__ = ["feed_forward", "gated_feed_forward", "gelu", "gelu_tanh", "relu", "silu"]
 
@@ -126,6 +127,9 @@ def _plus_bias(outputs: Tensor, bias: Tensor) -> Tensor:
     return outputs.add_(bias)
 
 
+_HIDDEN = "*batch hidden"  # position-wise: the positions are among the batch axes
+
+
 # --8<-- [start:feed_forward]
 @checked
 def feed_forward(
@@ -139,7 +143,8 @@ def feed_forward(
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$
     (``activation`` may be GELU or SiLU; a bias of None is left out)."""
     hidden = einsum(inputs, w1, "... layer, hidden layer -> ... hidden")
-    hidden = activation(hidden if b1 is None else _plus_bias(hidden, b1))
+    hidden = tap("hidden", hidden if b1 is None else _plus_bias(hidden, b1), _HIDDEN)
+    hidden = tap("activated", activation(hidden), _HIDDEN)
     outputs = einsum(hidden, w2, "... hidden, layer hidden -> ... layer")
     return outputs if b2 is None else _plus_bias(outputs, b2)
 
@@ -164,8 +169,9 @@ def gated_feed_forward(
     (``activation`` may be GELU; a bias of None is left out, as in Llama)."""
     gate = einsum(inputs, w_gate, "... layer, hidden layer -> ... hidden")
     up = einsum(inputs, w_up, "... layer, hidden layer -> ... hidden")
-    gate = activation(gate if b_gate is None else _plus_bias(gate, b_gate))
-    hidden = gate * (up if b_up is None else _plus_bias(up, b_up))
+    gate = tap("gate", gate if b_gate is None else _plus_bias(gate, b_gate), _HIDDEN)
+    up = tap("up", up if b_up is None else _plus_bias(up, b_up), _HIDDEN)
+    hidden = tap("activated", activation(gate) * up, _HIDDEN)
     outputs = einsum(hidden, w_down, "... hidden, layer hidden -> ... layer")
     return outputs if b_down is None else _plus_bias(outputs, b_down)
 

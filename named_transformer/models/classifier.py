@@ -25,6 +25,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.inside.record import tap
 from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.parameters import CountsParameters
@@ -98,11 +99,12 @@ class TransformerClassifier(CountsParameters, nn.Module):
         attend_mask = None if mask is None else rearrange(mask, "... seq -> ... 1 seq")
         embedded = self.positions(self.embedding(tokens))
         states, weights = self.encoder(embedded, attend_mask, need_weights=True)
-        pooled = masked_max(states, mask)
+        pooled = tap("pooled", masked_max(states, mask), "*batch layer")
         logits = (
             einsum(pooled, self.w_out, "... layer, classes layer -> ... classes")
             + self.b_out
         )
+        logits = tap("logits", logits, "*batch classes")
         return (logits, weights) if need_weights else logits
 
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from named_transformer.axes import checked, shape_checks_enabled
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import sinusoidal_positions
+from named_transformer.inside.record import tap
 
 __all__ = [
     "LearnedPositions",
@@ -74,7 +75,8 @@ def embed(
         rows = table[tokens]
     else:  # the same lookup, with the padding row's gradient left out
         rows = F.embedding(tokens, table, padding_idx=padding)
-    return rows * math.sqrt(table.shape[-1]) if scale else rows
+    rows = rows * math.sqrt(table.shape[-1]) if scale else rows
+    return tap("embedded", rows, "*batch seq layer")
 
 
 # --8<-- [end:embed]
@@ -116,6 +118,7 @@ def add_positions(
     training: bool = False,
 ) -> Float[Tensor, "*batch seq layer"]:
     r"""$X^0 = \text{Dropout}(W + P)$: the same table for every example of the batch."""
+    positions = tap("table", positions, "seq layer")
     return drop(inputs + positions, dropout, training)
 
 

@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.inside.record import tap
 
 __all__ = ["Generator", "log_probabilities"]
 
@@ -35,6 +36,7 @@ def log_probabilities(
     logits = einsum(inputs, table, "... seq layer, vocab layer -> ... seq vocab")
     if bias is not None:
         logits = logits + bias
+    logits = tap("logits", logits, "*batch seq vocab")
     return torch.log_softmax(  # allow-raw: normalise along vocab, the last axis
         logits, dim=-1
     )

@@ -59,14 +59,25 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
-from einops import einsum, rearrange
+from einops import einsum, rearrange, reduce
 from jaxtyping import Bool, Float, Int, TypeCheckError
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.core.attention import _biased_softmax, attend
+from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.feedforward import _plus_bias
+from named_transformer.core.scores import scaled_dot_score
+from named_transformer.core.softmax import softmax
+from named_transformer.inside.record import tap, tapping
 from named_transformer.models.attention_weights import AttentionWeights
-from named_transformer.models.cores import FUSED, MATERIALISE, Blockwise, Core
+from named_transformer.models.cores import (
+    FUSED,
+    MATERIALISE,
+    Blockwise,
+    Core,
+    Materialise,
+)
 from named_transformer.models.grouped import (
     _merge_groups,
     _share_over_group,
@@ -221,6 +232,18 @@ class Heads(NamedTuple):
 # --8<-- [end:Heads]
 
 
+def _tapped(heads: Heads) -> Heads:
+    """Q, K and V per head, through the taps ``queries``, ``keys``, ``values``
+    (:mod:`~named_transformer.inside.record`)."""
+    if tapping() is None:
+        return heads
+    return Heads(
+        tap("queries", heads.queries, "*batch heads seq_q key"),
+        tap("keys", heads.keys, "*batch kv_heads seq key"),
+        tap("values", heads.values, "*batch kv_heads seq val"),
+    )
+
+
 # --8<-- [start:project_qkv]
 @checked
 def project_qkv(
@@ -251,12 +274,12 @@ def project_qkv(
         values_from = memory
     if memory is inputs and values_from is inputs and weights.stackable:
         w_qkv, b_qkv = stacked_weights(weights)
-        return Heads(*stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv))
-    return Heads(
+        return _tapped(Heads(*stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv)))
+    return _tapped(Heads(
         project_heads(inputs, w_q, weights.b_q),
         project_heads(memory, w_k, weights.b_k),
         project_heads(values_from, w_v, weights.b_v),
-    )
+    ))  # fmt: skip
 
 
 # --8<-- [end:project_qkv]
@@ -268,6 +291,56 @@ def _lift_over_heads(table: Tensor | None) -> Tensor | None:
     if table is None:
         return None
     return rearrange(table, "... seq_q seq -> ... 1 seq_q seq")
+
+
+# --8<-- [start:tapped_core]
+class _TappedCore(Materialise):
+    r"""The materialising core with the scores $S + T + B$ and the weights $A$ tapped
+    per query head (``scores``, ``weights``): what :func:`attend_projected` runs
+    while either is recorded or edited, whatever the attention's own core. Grouped
+    heads are merged for the taps, $(\mathsf{kv\_heads}, \mathsf{group}) \to
+    \mathsf{heads}$, and split again."""
+
+    def __init__(self, kv_heads: int | None) -> None:
+        self.kv_heads = kv_heads  # None: not grouped
+
+    def _tap(self, name: str, table: Tensor) -> Tensor:
+        if self.kv_heads is None:
+            return tap(name, table, "*batch heads seq_q seq")
+        merged = tap(name, _merge_groups(table), "*batch heads seq_q seq")
+        return _split_groups(merged, self.kv_heads)
+
+    def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
+        # the operations of attention_weights, then of Materialise, with two taps
+        scores = scaled_dot_score(queries, keys)
+        if bias is None:
+            weights = softmax(self._tap("scores", scores), mask)
+        else:
+            weights = _biased_softmax(self._tap("scores", scores + bias), mask)
+        weights = self._tap("weights", weights)
+        dropped = drop(weights, dropout, dropout > 0.0)
+        outputs = attend(dropped, values)
+        if value_term is not None:
+            outputs = outputs + value_term(dropped)
+        return outputs, weights
+
+
+def _contributions(attended: Tensor, w_o: Tensor, outputs: Tensor) -> Tensor:
+    r"""Each head's part of the output, $W^O_h \ndot{val} Y_h$, tapped as
+    ``contributions`` (``*batch heads seq_q layer``); their sum over heads is
+    $W^O \ndot{heads, val} Y$. An edit of them changes ``outputs`` by the sum of the
+    edit's differences (zero when a head's own value is put back)."""
+    parts = einsum(
+        attended, w_o, "... heads seq_q val, heads val layer -> ... heads seq_q layer"
+    )
+    edited = tap("contributions", parts, "*batch heads seq_q layer")
+    if edited is parts:
+        return outputs
+    return outputs + reduce(edited - parts, "... heads seq_q layer -> ... seq_q layer",
+                            "sum")  # fmt: skip
+
+
+# --8<-- [end:tapped_core]
 
 
 def _plus(first: Tensor | None, second: Tensor | None) -> Tensor | None:
@@ -318,6 +391,7 @@ def attend_projected(
     before dropout); the weights are None from a core that does not materialise them.
     """
     positions, core = check_variant(variant)
+    session = tapping()  # recorded or edited: the scores and weights, tapped per head
     queries, keys, values = heads
     _bind_heads(queries, keys, values, w_o, mask, score_bias)
     bias = _plus(
@@ -336,12 +410,18 @@ def attend_projected(
         keys, values = _share_over_group(keys), _share_over_group(values)
         mask = None if mask is None else _share_over_group(mask)
         bias = None if bias is None else _split_groups(bias, kv_heads)
+    if session is not None and (session.wants("scores") or session.wants("weights")):
+        core = _TappedCore(kv_heads if grouped else None)
     outputs, weights = core(queries, keys, values, mask, bias, dropout, value_term)
     if grouped:
         outputs = _merge_groups(outputs)
         weights = None if weights is None else _merge_groups(weights)
     # --8<-- [end:grouping]
-    return merge_heads(outputs, w_o, b_o), weights
+    outputs = tap("attended", outputs, "*batch heads seq_q val")
+    merged = merge_heads(outputs, w_o, b_o)
+    if session is not None and session.wants("contributions"):
+        merged = _contributions(outputs, w_o, merged)
+    return merged, weights
 
 
 # --8<-- [end:attend_projected]
@@ -354,10 +434,12 @@ def place(
 ) -> Heads:
     """The queries rotated from position ``offset``, the keys from 0 (a no-op for
     schemes that do not rotate)."""
-    return heads._replace(
-        queries=positions.rotate(heads.queries, offset),
-        keys=positions.rotate(heads.keys, 0),
-    )
+    queries = positions.rotate(heads.queries, offset)
+    keys = positions.rotate(heads.keys, 0)
+    if queries is not heads.queries:  # a scheme that rotates: R(Q), R(K) tapped
+        queries = tap("rotated_queries", queries, "*batch heads seq_q key")
+        keys = tap("rotated_keys", keys, "*batch kv_heads seq key")
+    return heads._replace(queries=queries, keys=keys)
 
 
 @checked

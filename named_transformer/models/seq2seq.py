@@ -44,6 +44,7 @@ from named_transformer.core.attention import attend
 from named_transformer.core.masks import padding_mask
 from named_transformer.core.scores import additive_score, dot_score, general_score
 from named_transformer.core.softmax import softmax
+from named_transformer.inside.record import scope, tap
 from named_transformer.models.rnn import GRUCell
 
 __all__ = [
@@ -145,11 +146,11 @@ def bahdanau_attention(
     weights = softmax(
         score(query, annotations), rearrange(mask, "... seq -> ... 1 seq")
     )
-    context = attend(weights, annotations)
-    return (
-        rearrange(context, "... 1 annotation -> ... annotation"),
-        rearrange(weights, "... 1 seq -> ... seq"),
-    )
+    alignment = tap("alignment", rearrange(weights, "... 1 seq -> ... seq"),
+                    "*batch seq")  # fmt: skip
+    context = attend(rearrange(alignment, "... seq -> ... 1 seq"), annotations)
+    context = rearrange(context, "... 1 annotation -> ... annotation")
+    return tap("context", context, "*batch annotation"), alignment
 
 
 # --8<-- [end:bahdanau_attention]
@@ -226,9 +227,8 @@ class BidirectionalEncoder(nn.Module):
         backward_states, backward_first = recurrence(
             inputs, mask, initial, self.backward_cell, reverse=True
         )
-        return bidirectional_annotations(
-            forward_states, backward_states
-        ), backward_first
+        annotations = bidirectional_annotations(forward_states, backward_states)
+        return tap("annotations", annotations, "*batch seq annotation"), backward_first
 
 
 # --8<-- [end:BidirectionalEncoder]
@@ -260,7 +260,7 @@ class _Decoder(nn.Module):
         embedded = self.embedding[previous_tokens]
         context, weights = self._context(state, annotations, mask)
         inputs, _ = pack([embedded, context], "batch *")
-        state = self.cell(inputs, state)
+        state = tap("state", self.cell(inputs, state), "*batch hidden")
         logits = readout(
             state,
             context,
@@ -270,7 +270,7 @@ class _Decoder(nn.Module):
             self.w_embedded,
             self.b_out,
         )
-        return logits, state, weights
+        return tap("logits", logits, "*batch vocab"), state, weights
 
     def run(
         self, summary, annotations, mask, targets, bos, teacher_forcing, steps, eos
@@ -287,7 +287,8 @@ class _Decoder(nn.Module):
         all_logits, all_weights = [], []
         finished = torch.zeros_like(previous, dtype=torch.bool)
         for i in range(steps):
-            logits, state, weights = self._step(previous, state, annotations, mask)
+            with scope(f"steps.{i}"):  # the taps of step i: decoder.steps.i.alignment
+                logits, state, weights = self._step(previous, state, annotations, mask)
             all_logits.append(logits)
             all_weights.append(weights)
             predicted = logits.argmax(-1)  # allow-raw: greedy choice over vocab

@@ -45,6 +45,7 @@ from named_transformer.core.feedforward import (
     silu,
 )
 from named_transformer.core.norm import layer_norm, rms_norm
+from named_transformer.inside.record import tap
 
 __all__ = [
     "ACTIVATIONS",
@@ -89,7 +90,8 @@ class LayerNorm(nn.Module):
     def forward(
         self, inputs: Float[Tensor, "*batch layer"]
     ) -> Float[Tensor, "*batch layer"]:
-        return layer_norm(inputs, self.gamma, self.beta, self.eps)
+        normalised = layer_norm(inputs, self.gamma, self.beta, self.eps)
+        return tap("normalised", normalised, "*batch layer")
 
 
 # --8<-- [end:LayerNorm]
@@ -113,7 +115,7 @@ class RMSNorm(nn.Module):
     def forward(
         self, inputs: Float[Tensor, "*batch layer"]
     ) -> Float[Tensor, "*batch layer"]:
-        return rms_norm(inputs, self.gamma, self.eps)
+        return tap("normalised", rms_norm(inputs, self.gamma, self.eps), "*batch layer")
 
 
 NormKind = Literal["layer", "rms"]
@@ -288,9 +290,13 @@ class Residual(nn.Module):
         inputs: Float[Tensor, "*batch seq layer"],
         sublayer: Callable[[Tensor], Tensor],
     ) -> Float[Tensor, "*batch seq layer"]:
+        stream = "*batch seq layer"  # the residual stream, tapped on both sides
+        inputs = tap("inputs", inputs, stream)
         if self.norm_first:
-            return inputs + self._drop(sublayer(self.norm(inputs)))
-        return self.norm(inputs + self._drop(sublayer(inputs)))
+            outputs = tap("sublayer", sublayer(self.norm(inputs)), stream)
+            return tap("outputs", inputs + self._drop(outputs), stream)
+        outputs = tap("sublayer", sublayer(inputs), stream)
+        return tap("outputs", self.norm(inputs + self._drop(outputs)), stream)
 
     def _drop(self, outputs: Tensor) -> Tensor:
         return dropout(outputs, self.dropout, self.training)
