@@ -97,7 +97,7 @@ from named_transformer.axes import checked
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.masks import causal_mask
 
-__all__ = ["blockwise_attention"]
+__all__ = ["BLOCK", "CROSSOVER", "automatic_block", "blockwise_attention"]
 
 
 # --8<-- [start:tile_scores]
@@ -230,7 +230,11 @@ def _key_blocks(
     and only blocks that cross the diagonal need a mask. A tensor ``mask`` is looked
     at only when running eagerly (``.any()`` is data-dependent control flow).
     """
-    look = mask is not None and not torch.compiler.is_compiling()
+    look = (
+        mask is not None
+        and not torch.compiler.is_compiling()
+        and mask.device.type != "meta"  # shapes only: nothing to look at
+    )
     stop = max(0, min(seq, offset + queries.stop)) if causal else seq
     for start in range(0, stop, block):
         keys = slice(start, min(start + block, stop))
@@ -456,3 +460,35 @@ def blockwise_attention(
 
 
 # --8<-- [end:blockwise_attention]
+
+
+# --8<-- [start:automatic_block]
+#: positions a block when the core is chosen for the call
+BLOCK = 128
+#: from this many queries and keys on, blockwise attention beat the materialising
+#: path on the machine of the Performance page (its crossover table)
+CROSSOVER = 192
+
+
+def automatic_block(
+    seq_q: int, seq: int, *, dropout: float = 0.0, value_term: bool = False
+) -> int | None:
+    r"""The core chosen for a call that asks for no weights: ``BLOCK`` (blockwise)
+    or None (materialise). The one rule, which ``nt.attention`` and the modules'
+    automatic core follow.
+
+    Blockwise when queries and keys both number at least ``CROSSOVER``: below it
+    the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits the CPU's caches and
+    one pass over it beats a loop over blocks; above it the table spills to memory
+    and every pass over it (mask, softmax, product) waits for memory. A handful of
+    queries against many keys (a decoding step) materialises: its table is one row
+    per query. Materialise as well when a value term reads the weights (relative
+    positions) and under dropout (the blockwise draws differ, and its gradients
+    keep every block).
+    """
+    if value_term or dropout > 0.0 or min(seq_q, seq) < CROSSOVER:
+        return None
+    return BLOCK
+
+
+# --8<-- [end:automatic_block]

@@ -11,6 +11,8 @@ One variation point of the multi-head pipeline
   (:func:`~named_transformer.core.blockwise.blockwise_attention`), never holding $A$.
 - :data:`FUSED`: PyTorch's ``scaled_dot_product_attention``
   (:func:`~named_transformer.core.attention.fused_attention`).
+- :data:`AUTOMATIC`: one of the first two, chosen for each call by its sizes
+  (:func:`~named_transformer.core.blockwise.automatic_block`): the modules' default.
 
 Each takes queries, keys and values with the same axes, keys and values possibly of
 size 1 where the queries are larger (the grouped heads' ``group`` axis), and a mask
@@ -26,10 +28,19 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from named_transformer.core.attention import attend, attention_weights, fused_attention
-from named_transformer.core.blockwise import blockwise_attention
+from named_transformer.core.blockwise import automatic_block, blockwise_attention
 from named_transformer.core.dropout import dropout as drop
 
-__all__ = ["FUSED", "MATERIALISE", "Blockwise", "Core", "Fused", "Materialise"]
+__all__ = [
+    "AUTOMATIC",
+    "FUSED",
+    "MATERIALISE",
+    "Automatic",
+    "Blockwise",
+    "Core",
+    "Fused",
+    "Materialise",
+]
 
 ValueTerm = Callable[[Tensor], Tensor]
 
@@ -40,6 +51,8 @@ class Core:
 
     name = "core"
     returns_weights = False
+    #: True when it can add a value term $U(A)$, which reads the weights
+    takes_value_terms = False
 
     def __call__(
         self,
@@ -60,6 +73,7 @@ class Materialise(Core):
 
     name = "materialising"
     returns_weights = True
+    takes_value_terms = True
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
         weights = attention_weights(queries, keys, mask, score_bias=bias)
@@ -106,3 +120,31 @@ class Fused(Core):
 MATERIALISE = Materialise()
 FUSED = Fused()
 # --8<-- [end:cores]
+
+
+# --8<-- [start:Automatic]
+class Automatic(Core):
+    """The core chosen for each call by its sizes: materialising for short
+    sequences, :class:`Blockwise` for long ones
+    (:func:`~named_transformer.core.blockwise.automatic_block`, the one rule).
+    With a value term, or under dropout, it materialises."""
+
+    name = "automatic"
+    takes_value_terms = True  # it materialises for one
+
+    def choose(
+        self, queries: Tensor, keys: Tensor, dropout: float, value_term: bool
+    ) -> Core:
+        """The core this call runs on."""
+        block = automatic_block(
+            queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term
+        )
+        return MATERIALISE if block is None else Blockwise(block)
+
+    def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
+        core = self.choose(queries, keys, dropout, value_term is not None)
+        return core(queries, keys, values, mask, bias, dropout, value_term)
+
+
+AUTOMATIC = Automatic()
+# --8<-- [end:Automatic]

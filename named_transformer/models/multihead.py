@@ -72,6 +72,7 @@ from named_transformer.core.softmax import softmax
 from named_transformer.inside.record import tap, tapping
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.cores import (
+    AUTOMATIC,
     FUSED,
     MATERIALISE,
     Blockwise,
@@ -547,16 +548,26 @@ def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
 
-def _core_option(fused: bool, block: int | None) -> Core:
-    """``MultiHeadAttention``'s core when no weights are asked for."""
-    if fused and block is not None:
+def _core_option(fused: bool, block: int | None, materialise: bool = False) -> Core:
+    """``MultiHeadAttention``'s core when no weights are asked for: the one its
+    options name, else chosen for each call (:data:`AUTOMATIC`)."""
+    named = [
+        name
+        for name, given in (
+            ("fused=True", fused), ("block", block is not None),
+            ("materialise=True", materialise),
+        )
+        if given
+    ]  # fmt: skip
+    if len(named) > 1:
         raise ValueError(
-            "fused=True and block are two ways around the seq_q x seq weights: "
-            "choose one"
+            f"{' and '.join(named)} name two cores for the same attention: choose one"
         )
     if fused:
         return FUSED
-    return MATERIALISE if block is None else Blockwise(block)
+    if materialise:
+        return MATERIALISE
+    return AUTOMATIC if block is None else Blockwise(block)
 
 
 # --8<-- [start:MultiHeadAttention]
@@ -585,7 +596,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         fused: compute the attention by PyTorch's fused kernel
             (:func:`~named_transformer.core.attention.fused_attention`) whenever the
             weights are not asked for. An explicit option: off, the named equations
-            run.
+            run (materialising or blockwise, see ``block``).
         kv_heads: key/value heads $|\mathsf{kv\_heads}|$, each shared by
             $|\mathsf{heads}|/|\mathsf{kv\_heads}|$ query heads: grouped-query
             attention, multi-query when 1. Then
@@ -595,13 +606,17 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             online softmax
             (:func:`~named_transformer.core.blockwise.blockwise_attention`) whenever
             the weights are not asked for: the same function, without the
-            $\mathsf{seq'} \times \mathsf{seq}$ weights in memory. None: the named
-            equations, materialised.
+            $\mathsf{seq'} \times \mathsf{seq}$ weights in memory. None: chosen
+            for each call by its sizes (the automatic core of
+            :mod:`~named_transformer.models.cores`): materialised for short
+            sequences, blockwise for long ones.
+        materialise: always the named equations with the weights materialised, the
+            path the pages explain (what ``need_weights=True`` runs).
 
     The module holds the parameters and picks the parts: :meth:`position_scheme`
     (none here; the rotary, ALiBi and relative subclasses return theirs) and the core
-    (from ``fused`` and ``block``); :meth:`forward` runs the one pipeline. A new
-    position scheme is a subclass that returns its part.
+    (from ``fused``, ``block`` and ``materialise``); :meth:`forward` runs the one
+    pipeline. A new position scheme is a subclass that returns its part.
     """
 
     def __init__(
@@ -620,6 +635,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         kv_heads: int | None = None,
         block: int | None = None,
         qkv_bias: bool | None = None,
+        materialise: bool = False,
     ) -> None:
         super().__init__()
         if layer <= 0 or heads <= 0:
@@ -649,7 +665,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
                 "serves a group of heads / kv_heads query heads"
             )
         self.kv_heads = kv_heads  # = heads: multi-head; 1: multi-query
-        self.core = _core_option(fused, block)
+        self.core = _core_option(fused, block, materialise)
         self.block = block
         self.layer, self.heads, self.memory, self.key, self.val = (
             layer,

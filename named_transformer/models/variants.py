@@ -19,9 +19,11 @@ term $T$ (:class:`~named_transformer.models.alibi.ALiBi`), Shaw et al.'s relativ
 positions add a score term and a value term
 (:class:`~named_transformer.models.relative.Relative`). The **core** computes the
 attention itself: materialising the weights, blockwise with an online softmax, or by
-PyTorch's fused kernel (:mod:`~named_transformer.models.cores`). A scheme whose value
-term needs the weights $A$ runs only on the materialising core; every other pair
-works, and the one that does not is refused in one line (:func:`check_variant`).
+PyTorch's fused kernel, or chosen for each call by its sizes
+(:mod:`~named_transformer.models.cores`). A scheme whose value term needs the
+weights $A$ runs only on a core that materialises them (the materialising core, or
+the automatic one, which then materialises); every other pair works, and the one
+that does not is refused in one line (:func:`check_variant`).
 
 A new scheme is one :class:`Positions` subclass and one line that registers the
 attention module carrying it under a name (:func:`register_positions`): the model
@@ -106,7 +108,7 @@ PLAIN = AttentionVariant()
 def check_variant(variant: AttentionVariant) -> AttentionVariant:
     """``variant`` if the pipeline can run it, else a ``ValueError`` naming the pair
     and why."""
-    if variant.positions.uses_weights and not variant.core.returns_weights:
+    if variant.positions.uses_weights and not variant.core.takes_value_terms:
         raise ValueError(
             f"{variant.positions.name} positions with the {variant.core.name} core: "
             f"{variant.positions.name} positions add to the values through the "
