@@ -134,6 +134,10 @@ def _train(args: argparse.Namespace) -> int:
 
     if not args.no_figure:
         require("matplotlib")  # before training, not after it
+    if args.task == "text":  # real text, not a generated task
+        from named_transformer.workflows.text import train_text_command
+
+        return train_text_command(args)
 
     out = Path(args.out or Path("runs") / args.task)
     settings = run_settings(args)
@@ -268,7 +272,12 @@ def _recipe_table() -> str:
 def _train_options(train: argparse.ArgumentParser) -> None:
     recipe = argparse.SUPPRESS  # unset: taken from the task's recipe
     add = train.add_argument
-    add("task", choices=sorted(TASKS), help="the generated task")
+    add(
+        "task",
+        choices=[*sorted(TASKS), "text"],
+        help="the generated task, or text: the decoder-only model on real text "
+        "(the text options below)",
+    )
     add(
         "--model",
         choices=KINDS,
@@ -289,7 +298,8 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     add("--steps", type=int, default=recipe, help="at most this many steps (recipe)")
     add("--seed", type=int, default=0, help="seeds the data, weights and batches")
     add("--out", help="output directory (default: runs/TASK)")
-    add("--batch-size", type=int, default=64, help="examples per step")
+    add("--batch-size", type=int, default=recipe,
+        help="examples per step (64; text: 32)")  # fmt: skip
     add("--min-len", type=int, default=10, help="shortest digit sequence")
     add("--max-len", type=int, default=20, help="longest digit sequence")
     add("--train-size", type=int, default=50_000, help="training examples")
@@ -297,8 +307,8 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     add(
         "--eval-every",
         type=int,
-        default=100,
-        help="score the validation split every this many steps",
+        default=recipe,
+        help="score the validation split every this many steps (100; text: 50)",
     )
     add(
         "--warmup",
@@ -320,6 +330,9 @@ def _train_options(train: argparse.ArgumentParser) -> None:
         action="store_true",
         help="continue from OUT/checkpoint.pt (exactly) up to --steps",
     )
+    from named_transformer.workflows.text import add_text_options
+
+    add_text_options(train)
 
 
 def _decode_options(decode: argparse.ArgumentParser) -> None:

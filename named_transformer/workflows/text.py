@@ -1,0 +1,432 @@
+r"""Train the decoder-only model on real text, one character (or byte) a token.
+
+    python -m named_transformer train text                     # pydoc's help topics
+    python -m named_transformer train text --corpus book.txt   # any UTF-8 file
+
+The corpus is any UTF-8 file; with none it is the help topics of the standard
+library's ``pydoc_data`` (what ``help("if")`` prints: about 0.46 MB of English about
+Python, shipped with every Python, under the PSF licence). The first 90% trains, the
+last 10% validates. Each token is a character (the vocabulary: the corpus's distinct
+characters) or a byte (``level="bytes"``: 256 tokens, any text).
+
+The model is :class:`~named_transformer.models.language_model.LanguageModel` in GPT-2's
+arrangement (pre-norm blocks, GELU, learned positions, tied output) and the loss is
+the plain cross-entropy of every next token, reported in **bits per character**,
+
+$$\text{bpc} = -\frac{1}{|\mathsf{seq}|}\sum_j \log_2 p(c_{j+1} \mid c_{\le j})
+  = \frac{\text{loss in nats}}{\ln 2}.$$
+
+Training stops once the validation bpc reaches ``target`` (or at ``steps``, or after
+``max_seconds``); it prints a sample every few evaluations, writes ``loss.png`` and a
+checkpoint, which :func:`generate_from_checkpoint` continues text from.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+from named_transformer.decoding.search import sample
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.workflows.training import (
+    CheckpointError,
+    TrainConfig,
+    Trainer,
+    load_checkpoint,
+    smoothed_cross_entropy,
+)
+
+__all__ = [
+    "TextCodec",
+    "TextSettings",
+    "bits_per_character",
+    "default_corpus",
+    "generate_from_checkpoint",
+    "load_text_model",
+    "loss_figure",
+    "read_corpus",
+    "text_model",
+    "train_text",
+]
+
+LEVELS = ("chars", "bytes")
+
+
+# --8<-- [start:TextSettings]
+@dataclass(frozen=True)
+class TextSettings:
+    """The text recipe: model size, context, optimisation, when to stop.
+
+    The defaults train 4 blocks of width 128 (0.8 M parameters, the size of nanoGPT's
+    CPU baby GPT) on 64 characters of context, until the validation loss is
+    ``target`` bits per character.
+    """
+
+    level: str = "chars"  # "chars" or "bytes": what one token is
+    context: int = 64  # |seq|: characters the model reads at once
+    layers: int = 4
+    layer: int = 128  # |layer|
+    heads: int = 4
+    dropout: float = 0.0
+    batch_size: int = 32
+    steps: int = 3000  # at most this many steps
+    warmup: int = 100
+    factor: float = 0.5  # peak learning rate: factor / sqrt(|layer| * warmup)
+    eval_every: int = 50
+    eval_windows: int = 64  # validation windows scored at each evaluation
+    target: float = 2.3  # stop at this validation loss, in bits per character
+    max_seconds: float = 280.0  # ...or after this long (checked at evaluations)
+    sample_every: int = 4  # a sample at the first evaluation, then every 4th (0: none)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
+        for name in ("context", "layers", "layer", "heads", "batch_size", "steps",
+                     "eval_every", "eval_windows"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.target <= 0 or self.max_seconds <= 0:
+            raise ValueError("target and max_seconds must be positive")
+
+    def config(self) -> TransformerConfig:
+        """The model's config: GPT-2's pre-norm blocks and GELU, at this size."""
+        return TransformerConfig(
+            decoder_layers=self.layers, layer=self.layer, heads=self.heads,
+            hidden=4 * self.layer, dropout=self.dropout, activation="gelu",
+            norm_first=True,
+        )  # fmt: skip
+
+
+# --8<-- [end:TextSettings]
+
+
+@dataclass(frozen=True)
+class TextCodec:
+    """Text to token ids and back: characters (``symbols``, in id order) or bytes."""
+
+    level: str
+    symbols: str = ""  # the characters, for level "chars"
+
+    @classmethod
+    def fit(cls, text: str, level: str = "chars") -> TextCodec:
+        """The codec of ``text``: its distinct characters, sorted, or the 256 bytes."""
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        return cls(level, "".join(sorted(set(text))) if level == "chars" else "")
+
+    @property
+    def vocab(self) -> int:
+        """How many tokens there are."""
+        return len(self.symbols) if self.level == "chars" else 256
+
+    def encode(self, text: str) -> Tensor:
+        """The ids of ``text``; ValueError naming the characters it has never seen."""
+        if self.level == "bytes":
+            return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)
+        index = {c: i for i, c in enumerate(self.symbols)}
+        unknown = sorted({c for c in text if c not in index})
+        if unknown:
+            raise ValueError(
+                f"characters the model never saw: {' '.join(map(repr, unknown[:10]))}"
+            )
+        return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` (bytes that split a character are replaced)."""
+        if self.level == "bytes":
+            return bytes(ids).decode("utf-8", errors="replace")
+        return "".join(self.symbols[i] for i in ids)
+
+
+def default_corpus() -> str:
+    """The help topics of ``pydoc_data`` (what ``help("if")`` shows), in key order."""
+    from pydoc_data.topics import topics
+
+    return "".join(topics[key] for key in sorted(topics))
+
+
+def read_corpus(path: str | Path | None, context: int = 1) -> str:
+    """The text of the UTF-8 file ``path`` (the default corpus for None).
+
+    One-line ValueErrors: a missing file, a binary or non-UTF-8 file, an empty one, or
+    one too short to give a training and a validation window of ``context`` tokens.
+    """
+    if path is None:
+        text, name = default_corpus(), "the pydoc_data corpus"
+    else:
+        path, name = Path(path), str(path)
+        if not path.is_file():
+            raise ValueError(f"no corpus at {path}")
+        raw = path.read_bytes()
+        if b"\0" in raw:
+            raise ValueError(f"{path} is binary (it holds NUL bytes), not text")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"{path} is not UTF-8 text (byte {error.start} cannot be decoded)"
+            ) from None
+    if not text.strip():
+        raise ValueError(f"{name} is empty")
+    validation = len(text) - int(0.9 * len(text))
+    if validation <= context:
+        raise ValueError(
+            f"{name} has {len(text):,} characters: too few for a context of "
+            f"{context} (its last 10% validates and must hold more than one context; "
+            f"need more than {10 * (context + 1):,})"
+        )
+    return text
+
+
+def text_model(vocab: int, settings: TextSettings) -> LanguageModel:
+    """The decoder-only model of the recipe: GPT-2's arrangement at its size."""
+    return LanguageModel(
+        vocab, settings.config(), positions="learned",
+        max_positions=settings.context, scale_embeddings=False,
+    )  # fmt: skip
+
+
+def _windows(ids: Tensor, starts: Tensor, context: int) -> tuple[Tensor, Tensor]:
+    """Inputs ``ids[s : s + context]`` and next tokens ``ids[s + 1 : s + 1 + context]``
+    for every start ``s``."""
+    offsets = rearrange(torch.arange(context + 1), "seq -> 1 seq")
+    chunks = ids[rearrange(starts, "batch -> batch 1") + offsets]
+    return chunks[:, :-1], chunks[:, 1:]
+
+
+def _loss(model: LanguageModel, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    """Summed next-token cross-entropy (no smoothing) and the number of tokens."""
+    inputs, targets = batch
+    return smoothed_cross_entropy(model(inputs), targets, ignore=-1, smoothing=0.0)
+
+
+def bits_per_character(
+    model: LanguageModel, ids: Tensor, context: int, windows: int, batch_size: int = 32
+) -> float:
+    """The mean next-token loss over ``windows`` evenly spaced windows of ``ids``, in
+    bits per token (per character at level ``chars``)."""
+    last = len(ids) - context - 1
+    starts = torch.linspace(0, last, min(windows, last + 1)).long()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for chunk in starts.split(batch_size):
+            summed, tokens = _loss(model, _windows(ids, chunk, context))
+            total, count = total + float(summed), count + int(tokens)
+    return total / count / math.log(2)
+
+
+def _continue(
+    model: LanguageModel,
+    prompt: Tensor,
+    length: int,
+    context: int,
+    temperature: float,
+    generator: torch.Generator,
+) -> list[int]:
+    """Sample ``length`` tokens after ``prompt``, the model reading at most its last
+    ``context`` tokens."""
+
+    def step(tokens: Tensor) -> Tensor:
+        return model(tokens[:, -context:])[:, -1]
+
+    start = rearrange(prompt, "seq -> 1 seq")
+    decoded = sample(step, start, length, temperature=temperature, generator=generator)
+    return decoded.tokens[0].tolist()
+
+
+def train_text(
+    text: str,
+    settings: TextSettings | None = None,
+    directory: str | Path | None = None,
+    progress: bool = True,
+    show: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Train the recipe's model on ``text``; checkpoint and ``loss.png`` in
+    ``directory`` (when given).
+
+    ``show`` receives each progress line and sample (default: print to stderr).
+    Returns the model, codec, trainer, the evaluations ``[(step, bpc)]``, the
+    final validation bpc, the seconds trained and a sample.
+    """
+    settings = settings or TextSettings()
+    show = show or (lambda line: print(line, file=sys.stderr, flush=True))
+    codec = TextCodec.fit(text, settings.level)
+    ids = codec.encode(text)
+    split = int(0.9 * len(ids))
+    train, validation = ids[:split], ids[split:]
+    if len(validation) <= settings.context + 1:
+        raise ValueError(
+            f"the corpus has {len(ids):,} tokens: its validation part is shorter "
+            f"than the context ({settings.context})"
+        )
+    torch.manual_seed(settings.seed)
+    model = text_model(codec.vocab, settings)
+    config = TrainConfig(
+        steps=settings.steps, batch_size=settings.batch_size, layer=settings.layer,
+        warmup=settings.warmup, factor=settings.factor, betas=(0.9, 0.99),
+        eps=1e-8, label_smoothing=0.0, eval_every=settings.eval_every,
+        seed=settings.seed, progress=progress,
+    )  # fmt: skip
+    evaluations: list[tuple[int, float]] = []
+    generator = torch.Generator().manual_seed(settings.seed)
+    prompt = validation[:16]  # the first characters of the validation text
+
+    def evaluate(model: LanguageModel) -> dict[str, float]:
+        bpc = bits_per_character(
+            model, validation, settings.context, settings.eval_windows
+        )
+        evaluations.append((trainer.step, bpc))
+        every = settings.sample_every
+        if progress and every and (len(evaluations) - 1) % every == 0:
+            tokens = _continue(model, prompt, 120, settings.context, 0.8, generator)
+            show(f"sample at step {trainer.step} ({bpc:.2f} bits/char): "
+                 f"{codec.decode(prompt.tolist() + tokens)!r}")  # fmt: skip
+        return {"val_bpc": bpc}
+
+    meta = {"text": {"settings": asdict(settings), "level": codec.level,
+                     "symbols": codec.symbols}}  # fmt: skip
+    trainer = Trainer(
+        model, range(len(train) - settings.context - 1),
+        lambda starts: _windows(train, torch.tensor(starts), settings.context),
+        _loss, config, evaluate=evaluate, directory=directory, meta=meta,
+    )  # fmt: skip
+    started = time.perf_counter()
+
+    def stop(metrics: dict[str, float]) -> bool:
+        late = time.perf_counter() - started > settings.max_seconds
+        return metrics["val_bpc"] <= settings.target or late
+
+    trainer.stop = stop
+    trainer.fit()
+    seconds = time.perf_counter() - started
+    model.eval()
+    with torch.no_grad():
+        tokens = _continue(model, prompt, 300, settings.context, 0.8, generator)
+    run = {
+        "model": model, "codec": codec, "trainer": trainer, "settings": settings,
+        "evaluations": evaluations, "bpc": evaluations[-1][1], "seconds": seconds,
+        "steps": trainer.step, "sample": codec.decode(prompt.tolist() + tokens),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }  # fmt: skip
+    return run
+
+
+def loss_figure(run: dict[str, Any], path: Path) -> None:
+    """Training and validation bits per character against the step, to ``path``."""
+    from named_transformer import plot
+
+    history = run["trainer"].history
+    evaluations = run["evaluations"]
+    ax = plot.line_plot(
+        [r.step for r in history],
+        {"training": [r.loss / math.log(2) for r in history]},
+        xlabel="step", ylabel="bits per character",
+        title=f"{run['parameters']:,} parameters",
+    )  # fmt: skip
+    ax.plot(*zip(*evaluations, strict=True), marker="o", markersize=3,
+            label="validation")  # fmt: skip
+    ax.axhline(run["settings"].target, color="gray", linestyle=":", label="target")
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    plot._pyplot().close(ax.figure)
+
+
+def load_text_model(path: str | Path) -> tuple[LanguageModel, TextCodec, TextSettings]:
+    """The model, codec and settings of a checkpoint written by :func:`train_text`;
+    :class:`~named_transformer.workflows.training.CheckpointError` for any other."""
+    state = load_checkpoint(path)
+    meta = state["meta"].get("text")
+    if meta is None:
+        raise CheckpointError(
+            f"{path} is not a text model's checkpoint (train text writes one)"
+        )
+    settings = TextSettings(**meta["settings"])
+    codec = TextCodec(meta["level"], meta["symbols"])
+    model = text_model(codec.vocab, settings)
+    model.load_state_dict(state["model"])
+    return model.eval(), codec, settings
+
+
+def generate_from_checkpoint(
+    path: str | Path,
+    prompt: str,
+    length: int = 300,
+    temperature: float = 0.8,
+    seed: int = 0,
+) -> str:
+    """``prompt`` continued by ``length`` sampled tokens of the text model at
+    ``path`` (temperature $T$; the same seed, the same text)."""
+    if length < 1 or temperature <= 0:
+        raise ValueError(f"need length >= 1 and temperature > 0, got {length}, "
+                         f"{temperature}")  # fmt: skip
+    model, codec, settings = load_text_model(path)
+    start = codec.encode(prompt or "\n")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        tokens = _continue(model, start, length, settings.context, temperature,
+                           generator)  # fmt: skip
+    return prompt + codec.decode(tokens)
+
+
+# The command line: `train text` shares the train command's parser (cli.py adds these
+# options to it and hands ``task == "text"`` to train_text_command).
+_FLAGS = ("steps", "batch_size", "warmup", "factor", "dropout", "eval_every", "seed",
+          "level", "context", "target", "max_seconds")  # fmt: skip
+
+
+def add_text_options(train: Any) -> None:
+    """The options of ``train text`` (an argparse parser): the corpus, the token level,
+    the context and the validation target; ``--max-seconds`` caps the time."""
+    defaults = TextSettings()
+    add = train.add_argument
+    add("--corpus", help="text: a UTF-8 file to learn (default: pydoc_data's topics)")
+    add("--level", choices=LEVELS, default=defaults.level,
+        help="text: one token a character or a byte")  # fmt: skip
+    add("--context", type=int, default=defaults.context,
+        help="text: characters the model reads at once")  # fmt: skip
+    add("--target", type=float, default=defaults.target,
+        help="text: stop at this validation loss, in bits per character")  # fmt: skip
+    add("--max-seconds", type=float, default=defaults.max_seconds,
+        help="text: stop after this long (checked at each evaluation)")  # fmt: skip
+
+
+def text_settings(args: Any) -> TextSettings:
+    """The recipe with every flag of ``args`` that was given (or has a default)."""
+    given = {name: getattr(args, name) for name in _FLAGS
+             if getattr(args, name, None) is not None}  # fmt: skip
+    return TextSettings(**given)
+
+
+def train_text_command(args: Any) -> int:
+    """``python -m named_transformer train text``: train, report, draw, checkpoint."""
+    settings = text_settings(args)
+    text = read_corpus(args.corpus, settings.context)
+    out = Path(args.out or Path("runs") / "text")
+    run = train_text(text, settings, directory=out, progress=not args.no_progress)
+    reached = "reached" if run["bpc"] <= settings.target else "not reached"
+    corpus = args.corpus or "pydoc_data's help topics"
+    print(
+        f"trained the decoder-only model ({run['parameters']:,} parameters) on "
+        f"{len(text):,} characters of {corpus} for {run['steps']} steps in "
+        f"{run['seconds']:.0f} s: validation {run['bpc']:.3f} bits per "
+        f"{'character' if settings.level == 'chars' else 'byte'} (target "
+        f"{settings.target}: {reached}); checkpoint: {out / 'checkpoint.pt'}"
+    )
+    if not args.no_figure:
+        figure = Path(args.figure or out / "loss.png")
+        loss_figure(run, figure)
+        print(f"loss figure: {figure}")
+    print(f"sample: {run['sample']!r}")
+    return 0
