@@ -7,7 +7,9 @@ from named_transformer.decoding.search import (
     beam_search,
     greedy,
     length_penalty,
+    nucleus_mask,
     sample,
+    stream,
     strip_after_eos,
 )
 from named_transformer.decoding.step import cached_self_attention
@@ -20,6 +22,8 @@ __all__ = [
     "cached_self_attention",
     "greedy",
     "length_penalty",
+    "nucleus_mask",
     "sample",
+    "stream",
     "strip_after_eos",
 ]

@@ -8,7 +8,7 @@ time:
 * **sampling**: $y_j \sim \nfun{vocab}{softmax}(\beta \log p)$ with the inverse
   temperature $\beta = 1/T$ of the NYU notes ($\beta \to \infty$ is greedy,
   $\beta = 1$ the model's own distribution), optionally among the ``top_k`` most likely
-  tokens only;
+  tokens only, or the nucleus of ``top_p`` (:func:`nucleus_mask`);
 * **beam search**: keep the ``width`` best partial sequences by summed log-probability;
   finished ones are ranked by $\log p(Y) / \text{lp}(Y)$ with the length penalty
   $\text{lp}(Y) = ((5 + |Y|)/6)^{\alpha}$ (Wu et al., 2016), and the best finished one
@@ -22,12 +22,12 @@ model recomputing the whole prefix, or the cached
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from einops import pack, rearrange, repeat
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from named_transformer.axes import checked
@@ -39,7 +39,9 @@ __all__ = [
     "beam_search",
     "greedy",
     "length_penalty",
+    "nucleus_mask",
     "sample",
+    "stream",
     "strip_after_eos",
 ]
 
@@ -65,6 +67,29 @@ def _done(tokens: Tensor, eos: int | None) -> Tensor:
     return (tokens == eos).any(-1)  # allow-raw: any eos along seq
 
 
+def _steps(
+    step: Callable[[Tensor], Tensor],
+    start: Tensor,
+    max_len: int,
+    eos: int | None,
+    pad: int,
+    choose: Callable[[Tensor], Tensor],
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """(the tokens so far, this step's log-probabilities), one step at a time, until
+    every row has chosen ``eos`` or ``max_len`` tokens were added."""
+    tokens = start
+    finished = torch.zeros(start.shape[0], dtype=torch.bool, device=start.device)
+    for _ in range(max_len):
+        log_probs = step(tokens)
+        chosen = choose(log_probs)
+        chosen = torch.where(finished, torch.full_like(chosen, pad), chosen)
+        tokens = _append(tokens, rearrange(chosen, "batch -> batch 1"))
+        yield tokens, log_probs
+        finished = finished | (chosen == eos) if eos is not None else finished
+        if bool(finished.all()):
+            return
+
+
 def _generate(
     step: Callable[[Tensor], Tensor],
     start: Tensor,
@@ -74,18 +99,15 @@ def _generate(
     choose: Callable[[Tensor], Tensor],
 ) -> Decoded:
     tokens, steps = start, []
-    finished = torch.zeros(start.shape[0], dtype=torch.bool, device=start.device)
-    for _ in range(max_len):
-        log_probs = step(tokens)
+    for grown, log_probs in _steps(step, start, max_len, eos, pad, choose):
+        tokens = grown
         steps.append(log_probs)
-        chosen = choose(log_probs)
-        chosen = torch.where(finished, torch.full_like(chosen, pad), chosen)
-        tokens = _append(tokens, rearrange(chosen, "batch -> batch 1"))
-        finished = finished | (chosen == eos) if eos is not None else finished
-        if bool(finished.all()):
-            break
     generated = tokens[:, start.shape[-1] :]
     return Decoded(generated, rearrange(steps, "seq batch vocab -> batch seq vocab"))
+
+
+def _most_likely(log_probs: Tensor) -> Tensor:
+    return log_probs.argmax(-1)  # allow-raw: the most likely token along vocab
 
 
 # --8<-- [start:greedy]
@@ -105,14 +127,67 @@ def greedy(
     encoder–decoder, the prompt for a language model). After ``eos`` a row gets
     ``pad``.
     """
-
-    def choose(log_probs: Tensor) -> Tensor:
-        return log_probs.argmax(-1)  # allow-raw: the most likely token along vocab
-
-    return _generate(step, start, max_len, eos, pad, choose)
+    return _generate(step, start, max_len, eos, pad, _most_likely)
 
 
 # --8<-- [end:greedy]
+
+
+# --8<-- [start:nucleus_mask]
+@checked
+def nucleus_mask(
+    probabilities: Float[Tensor, "*batch vocab"], top_p: float
+) -> Bool[Tensor, "*batch vocab"]:
+    r"""The nucleus of Holtzman et al. (2020): the fewest most likely tokens whose
+    probabilities sum to at least ``top_p``.
+
+    With the tokens sorted by probability, $p_{(1)} \ge p_{(2)} \ge \dots$, token
+    $(r)$ is kept when the tokens before it sum to less than $p$:
+    $\sum_{s < r} p_{(s)} < p$, so the most likely token is always kept.
+    """
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    ordered = probabilities.sort(-1, descending=True).values  # allow-raw: by vocab
+    before = ordered.cumsum(-1) - ordered  # allow-raw: the mass of the likelier ones
+    kept = (before < top_p).sum(-1, keepdim=True)  # allow-raw: the nucleus's size
+    smallest = ordered.gather(-1, kept - 1)  # the least likely token kept
+    return probabilities >= smallest
+
+
+# --8<-- [end:nucleus_mask]
+
+
+def _sampler(
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+) -> Callable[[Tensor], Tensor]:
+    """The draw of :func:`sample`: one token per row from the tempered softmax."""
+    if temperature <= 0:
+        raise ValueError(
+            f"temperature must be > 0 (use greedy for T -> 0), got {temperature}"
+        )
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+    def choose(log_probs: Tensor) -> Tensor:
+        mask = None
+        if top_k is not None and top_k < log_probs.shape[-1]:
+            kth = log_probs.topk(top_k).values[:, -1:]
+            mask = log_probs >= kth
+        probabilities = softmax(log_probs, mask, beta=1.0 / temperature)
+        if top_p is not None and top_p < 1:
+            nucleus = nucleus_mask(probabilities, top_p)
+            mask = nucleus if mask is None else mask & nucleus
+            probabilities = softmax(log_probs, mask, beta=1.0 / temperature)
+        return rearrange(
+            torch.multinomial(probabilities, 1, generator=generator), "b 1 -> b"
+        )
+
+    return choose
 
 
 # --8<-- [start:sample]
@@ -126,35 +201,48 @@ def sample(
     *,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Decoded:
     r"""$y_j \sim \nfun{vocab}{softmax}(\beta \log p(\cdot \mid y_{<j}))$,
     $\beta = 1/T$ (the NYU notes).
 
-    ``top_k`` keeps only the $k$ most likely tokens (the named softmax's mask).
-    ``generator`` makes the draws reproducible.
+    ``top_k`` keeps only the $k$ most likely tokens, ``top_p`` only the nucleus of
+    the tempered distribution (:func:`nucleus_mask`): both are the named softmax's
+    mask. ``generator`` makes the draws reproducible.
     """
-    if temperature <= 0:
-        raise ValueError(
-            f"temperature must be > 0 (use greedy for T -> 0), got {temperature}"
-        )
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-
-    def choose(log_probs: Tensor) -> Tensor:
-        mask = None
-        if top_k is not None and top_k < log_probs.shape[-1]:
-            kth = log_probs.topk(top_k).values[:, -1:]
-            mask = log_probs >= kth
-        probabilities = softmax(log_probs, mask, beta=1.0 / temperature)
-        return rearrange(
-            torch.multinomial(probabilities, 1, generator=generator), "b 1 -> b"
-        )
-
+    choose = _sampler(temperature, top_k, top_p, generator)
     return _generate(step, start, max_len, eos, pad, choose)
 
 
 # --8<-- [end:sample]
+
+
+# --8<-- [start:stream]
+@checked
+def stream(
+    step: Callable[[Tensor], Tensor],
+    start: Int[Tensor, "batch seq"],
+    max_len: int,
+    eos: int | None = None,
+    *,
+    temperature: float = 0.0,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[Int[Tensor, " batch"]]:
+    """The tokens of :func:`greedy` (``temperature=0``) or :func:`sample`, yielded
+    one step at a time as they are chosen, for a caller that shows them as they
+    come. It stops after every row chose ``eos``, or after ``max_len`` tokens."""
+    choose = (
+        _most_likely
+        if temperature == 0
+        else _sampler(temperature, None, top_p, generator)
+    )
+    for tokens, _ in _steps(step, start, max_len, eos, 0, choose):
+        yield tokens[:, -1]
+
+
+# --8<-- [end:stream]
 
 
 # --8<-- [start:length_penalty]

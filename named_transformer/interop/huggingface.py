@@ -483,36 +483,70 @@ def from_huggingface(
     if state_dict is None:
         state_dict, model = model.state_dict(), model.config
     config = dict(model) if isinstance(model, Mapping) else model.to_dict()
+    prefix = family_of(config).prefix
+    theirs = {k.removeprefix(prefix): v for k, v in state_dict.items()}
+    theirs = {k: v for k, v in theirs.items() if not _BUFFERS.search(k)}
+    dtype = next(v.dtype for v in theirs.values() if v.is_floating_point())
+    return convert_checkpoint(
+        config, set(theirs), theirs.__getitem__, dtype=dtype,
+        fused_attention=fused_attention,
+    )  # fmt: skip
+
+
+def family_of(config: Mapping) -> _Family:
+    """The conversion of ``config["model_type"]``, or a ValueError naming it."""
     family = _FAMILIES.get(config.get("model_type"))
     if family is None:
         raise ValueError(
             f"model_type {config.get('model_type')!r} does not convert: "
             f"{', '.join(_FAMILIES)} do"
         )
-    theirs = {k.removeprefix(family.prefix): v for k, v in state_dict.items()}
-    theirs = {k: v for k, v in theirs.items() if not _BUFFERS.search(k)}
-    ours = family.build(config, set(theirs), fused_attention)
-    names = family.names(ours)
-    dtype = next(v.dtype for v in theirs.values() if v.is_floating_point())
+    return family
+
+
+@checked
+def convert_checkpoint(
+    config: Mapping,
+    available: set[str],
+    fetch: Callable[[str], Tensor],
+    *,
+    dtype: torch.dtype,
+    fused_attention: bool = False,
+    empty: bool = False,
+) -> TextEncoder | LanguageModel:
+    """The named model of a Hugging Face ``config`` (a dictionary), its weights read
+    one tensor at a time by ``fetch`` from the checkpoint names ``available``.
+
+    Each tensor is fetched, converted and copied before the next, so a checkpoint
+    read lazily (a GGUF file's quantised tensors) never lies in memory whole beside
+    the model. Missing, unknown and misfit tensors raise ValueError naming them.
+    ``empty=True`` builds the model without initialising it (its weights all come
+    from the checkpoint; a test checks the table covers every parameter), which
+    saves the time and memory of a random initialisation.
+    """
+    family = family_of(config)
+    with torch.device("meta" if empty else "cpu"):
+        ours = family.build(dict(config), available, fused_attention)
+    if empty:
+        ours = ours.to_empty(device="cpu")
     ours = ours.to(dtype).eval()
+    names = family.names(ours)
     expected = {name.theirs for name in names}
-    if missing := sorted(expected - set(theirs)):
+    if missing := sorted(expected - available):
         raise ValueError(f"checkpoint has no tensor {missing[0]!r}")
-    for name, tied_to in family.tied.items():
-        if name in theirs and name not in expected:
-            if not torch.equal(theirs.pop(name), theirs[tied_to]):
-                raise ValueError(f"checkpoint tensor {name!r} is not {tied_to!r}")
-    if unknown := sorted(set(theirs) - expected):
+    repeated = {n: t for n, t in family.tied.items() if n in available - expected}
+    for name, tied_to in repeated.items():
+        if not torch.equal(fetch(name), fetch(tied_to)):
+            raise ValueError(f"checkpoint tensor {name!r} is not {tied_to!r}")
+    if unknown := sorted(available - expected - set(repeated)):
         raise ValueError(f"checkpoint tensor {unknown[0]!r} has no named counterpart")
     with torch.no_grad():
         for name in names:
             targets = _parameters(ours, name)
-            for target, value in zip(
-                targets, _fit(name, theirs[name.theirs], targets), strict=True
-            ):
+            converted = _fit(name, fetch(name.theirs), targets)
+            for target, value in zip(targets, converted, strict=True):
                 target.copy_(value)
     return ours
-
 
 # --8<-- [end:from_huggingface]
 
