@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from named_transformer.axes import checked
+from named_transformer.inside.record import tap
 
 __all__ = ["layer_norm", "rms_norm", "standardize"]
 
@@ -104,10 +105,11 @@ def layer_norm(
 ) -> Float[Tensor, "*batch layer"]:
     r"""$\nfun{layer}{standardize}(X) \odot \gamma + \beta$ ($\beta$ None: no
     shift, as PyTorch's ``bias=False``)."""
+    standardized = tap("standardized", standardize(inputs, eps), "*batch layer")
     if beta is None:
-        return standardize(inputs, eps) * gamma
+        return standardized * gamma
     # beta + x̂ ⊙ gamma, one pass
-    return torch.addcmul(beta, standardize(inputs, eps), gamma)
+    return torch.addcmul(beta, standardized, gamma)
 
 
 # --8<-- [end:layer_norm]
@@ -131,7 +133,8 @@ def rms_norm(
     mean_square = (wide * wide).mean(  # allow-raw: mean_layer, the last axis
         dim=-1, keepdim=True
     )
-    return (wide * (mean_square + eps).rsqrt()).to(inputs.dtype) * gain
+    scaled = (wide * (mean_square + eps).rsqrt()).to(inputs.dtype)
+    return tap("scaled", scaled, "*batch layer") * gain
 
 
 # --8<-- [end:rms_norm]
