@@ -91,6 +91,9 @@ AXES: dict[str, Axis] = {
     "pairs": Axis(
         r"\mathsf{pairs}", "pairs of key channels rotated together, |key|/2 (RoPE)"
     ),
+    "two": Axis(
+        r"\mathsf{two}", "the two channels of one rotated pair (llama.cpp's rows)"
+    ),
     "three": Axis(
         r"\mathsf{three}",
         "query, key and value projections stacked in one matrix (GPT-2's c_attn)",

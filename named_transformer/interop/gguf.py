@@ -14,10 +14,10 @@ Hugging Face's Llama (and :func:`~named_transformer.core.rotary.rotate`) the pai
 $(i, i + |\mathsf{key}|/2)$, so llama.cpp's converter interleaves the two halves of
 every head's rows of $W^Q$ and $W^K$. Reading the file undoes it:
 
-$$W_{\text{file}}[(\mathsf{heads}, \mathsf{half}, \mathsf{pair}), \mathsf{layer}]
+$$W_{\text{file}}[(\mathsf{heads}, \mathsf{pairs}, \mathsf{two}), \mathsf{layer}]
   \;\longrightarrow\;
-  W[(\mathsf{heads}, \mathsf{pair}, \mathsf{half}), \mathsf{layer}],
-  \qquad |\mathsf{pair}| = 2,$$
+  W[(\mathsf{heads}, \mathsf{two}, \mathsf{pairs}), \mathsf{layer}],
+  \qquad |\mathsf{two}| = 2,$$
 
 with $\mathsf{kv\_heads}$ in place of $\mathsf{heads}$ for $W^K$. Qwen2's files keep
 Hugging Face's layout (llama.cpp rotates Qwen2 by halves), so they are read as they
@@ -120,8 +120,8 @@ class GGUFCheckpoint:
         heads = self._interleaved_heads(name)
         if heads is not None:
             tensor = rearrange(
-                tensor, "(heads half pair) ... -> (heads pair half) ...",
-                heads=heads, pair=2,
+                tensor, "(heads pairs two) ... -> (heads two pairs) ...",
+                heads=heads, two=2,
             )  # fmt: skip
         return tensor
 
