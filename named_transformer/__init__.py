@@ -68,6 +68,21 @@ from named_transformer.decoding import (
     sample,
     strip_after_eos,
 )
+from named_transformer.inside import (
+    Named,
+    Record,
+    ablate,
+    direct_logit_attribution,
+    edit,
+    induction_scores,
+    logit_lens,
+    patch,
+    patching_grid,
+    previous_token_scores,
+    record,
+    repeated_tokens,
+    residual_stream,
+)
 from named_transformer.interop.onnx import export_onnx, run_onnx
 from named_transformer.interop.pytorch import (
     bias_from_torch,
@@ -333,5 +348,18 @@ __all__ = [
     "multihead",
     "project_qkv",
     "register_positions",
+    "Named",
+    "Record",
+    "ablate",
+    "direct_logit_attribution",
+    "edit",
+    "induction_scores",
+    "logit_lens",
+    "patch",
+    "patching_grid",
+    "previous_token_scores",
+    "record",
+    "repeated_tokens",
+    "residual_stream",
 ]
 __version__ = "0.5.0"

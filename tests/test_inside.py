@@ -261,3 +261,95 @@ def test_nothing_recorded_compiles_whole():
     with nt.shape_checks(False):
         compiled = torch.compile(model, fullgraph=True, backend="eager")
         torch.testing.assert_close(compiled(tokens), model(tokens))
+
+
+# --- analyses ---------------------------------------------------------------------
+def test_the_logit_lens_ends_with_the_models_own_output():
+    model, tokens = gpt2_layout(), _tokens(2, 7)
+    with record(model) as found:
+        output = model(tokens)
+    lens = nt.logit_lens(model, found)
+    assert lens.axes == "layers *batch seq vocab" and lens.tensor.shape[0] == 3
+    assert torch.equal(lens.tensor[-1], output)
+    first = model.generator(
+        model.blocks.norm(
+            found["embedding.embedded"].tensor + found["positions.table"].tensor
+        )
+    )
+    torch.testing.assert_close(lens.tensor[0], first)
+
+
+def _diagonal_reference(weights, offset, queries):
+    """The mean of weights[..., j, j + offset] over j in queries, by loops."""
+    layers, batch, heads = weights.shape[:3]
+    scores = torch.zeros(layers, heads)
+    for layer in range(layers):
+        for head in range(heads):
+            picked = [weights[layer, b, head, j, j + offset]
+                      for b in range(batch) for j in queries]  # fmt: skip
+            scores[layer, head] = sum(picked) / len(picked)
+    return scores
+
+
+def test_induction_and_previous_token_scores_are_their_diagonals():
+    model, period = gpt2_layout(), 5
+    tokens = nt.repeated_tokens(VOCAB, period, batch=3, seed=1)
+    assert torch.equal(tokens[:, :period], tokens[:, period:])
+    with record(model, "*.weights") as found:
+        model(tokens)
+    weights = found.stack("blocks.layers.{}.self_attention.weights").tensor.detach()
+    induction = nt.induction_scores(found, period)
+    previous = nt.previous_token_scores(found)
+    assert induction.axes == previous.axes == "layers heads"
+    expected = _diagonal_reference(weights, 1 - period, range(period, 2 * period))
+    torch.testing.assert_close(induction.tensor, expected)
+    expected = _diagonal_reference(weights, -1, range(1, 2 * period))
+    torch.testing.assert_close(previous.tensor, expected)
+
+
+def test_the_patching_grid_of_ablations_equals_zeroed_w_o_slices():
+    model, tokens = gpt2_layout(torch.float64), _tokens(2, 7)
+
+    def metric(log_probs):
+        return log_probs[:, -1, 3].mean()
+
+    name = "blocks.layers.{}.self_attention.attended"
+    grid = nt.patching_grid(model, lambda: model(tokens), metric, name, "heads")
+    assert grid.axes == "layers heads" and grid.tensor.shape == (2, 3)
+    for layer, head in [(0, 1), (1, 2)]:
+        w_o = model.blocks.layers[layer].self_attention.w_o
+        saved = w_o.detach().clone()
+        with torch.no_grad():
+            w_o[head] = 0.0
+            expected = float(metric(model(tokens)))
+            w_o.copy_(saved)
+        assert grid.tensor[layer, head] == expected
+
+
+def test_patching_positions_from_a_clean_run_equals_a_pytorch_hook_doing_it():
+    model = gpt2_layout(torch.float64)
+    clean, corrupt = _tokens(1, 6, seed=8), _tokens(1, 6, seed=9)
+    name = "blocks.layers.{}.attention_residual.inputs"
+    with record(model, "*.attention_residual.inputs") as found:
+        model(clean)
+
+    def metric(out):
+        return out[0, -1].max()
+
+    run = lambda: model(corrupt)  # noqa: E731
+    grid = nt.patching_grid(model, run, metric, name, "seq", found)
+    assert grid.axes == "layers seq" and grid.tensor.shape == (2, 6)
+    for layer, position in [(0, 2), (1, 5)]:
+        clean_input = found[name.format(layer)].tensor
+
+        def replace(module, args, clean_input=clean_input, position=position):
+            inputs = args[0].clone()
+            inputs[:, position] = clean_input[:, position]
+            return (inputs, *args[1:])
+
+        block = model.blocks.layers[layer]
+        handle = block.register_forward_pre_hook(replace)
+        with torch.no_grad():
+            expected = float(metric(run()))
+        handle.remove()
+        assert grid.tensor[layer, position] == expected

@@ -193,3 +193,17 @@ def test_every_activation_transformer_lens_records_equals_ours_llama():
         model(tokens)
     compared = _compare(cache, found, LLAMA_NAMES, 2)
     assert _not_compared(cache, compared) == NOT_TAPPED
+
+
+def test_direct_logit_attribution_equals_transformer_lens_stacked_head_results():
+    model = _randomise(gpt2_layout(torch.float64))
+    lens, tokens = _lens_gpt2(model), _tokens(3, 9)
+    _, cache = lens.run_with_cache(tokens)
+    with record(model) as found:
+        model(tokens)
+    ours = nt.direct_logit_attribution(model, found, tokens)
+    # components (layer, head) x batch x pos x d_model, through ln_final's scale
+    stacked = cache.stack_head_results(layer=-1, apply_ln=True) * lens.ln_final.w
+    directions = lens.W_U.T[tokens]  # batch pos d_model
+    expected = (stacked * directions).sum(-1).reshape(2, 3, 3, 9)
+    torch.testing.assert_close(ours.tensor, expected, rtol=1e-10, atol=1e-10)

@@ -114,7 +114,9 @@ KEPT_MODULES = {
         "loss_function", "make_collate", "make_spec", "train_task",
     ],
 }  # fmt: skip
-SUBPACKAGES = ["core", "models", "decoding", "workflows", "interop", "pretrained"]
+SUBPACKAGES = [
+    "core", "models", "decoding", "workflows", "interop", "pretrained", "inside",
+]  # fmt: skip
 
 
 ADDED_IN_0_2_0 = [
@@ -142,10 +144,21 @@ ADDED_IN_0_5_0 = [
     "GatedFeedForward", "RMSNorm", "gated_feed_forward", "rms_norm",
 ]  # fmt: skip
 
+ADDED_IN_0_6_0 = [
+    "Named", "Record", "ablate", "direct_logit_attribution", "edit",
+    "induction_scores", "logit_lens", "patch", "patching_grid",
+    "previous_token_scores", "record", "repeated_tokens", "residual_stream",
+]  # fmt: skip
+
 
 def test_the_public_api_is_what_it_was_plus_what_each_version_added():
     assert sorted(nt.__all__) == sorted(
-        PUBLIC + ADDED_IN_0_2_0 + ADDED_IN_0_3_0 + ADDED_IN_0_4_0 + ADDED_IN_0_5_0
+        PUBLIC
+        + ADDED_IN_0_2_0
+        + ADDED_IN_0_3_0
+        + ADDED_IN_0_4_0
+        + ADDED_IN_0_5_0
+        + ADDED_IN_0_6_0
     )
     missing = [name for name in nt.__all__ if not hasattr(nt, name)]
     assert not missing, missing

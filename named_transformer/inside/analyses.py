@@ -1,0 +1,197 @@
+r"""Analyses as named equations, each a few lines on top of :func:`~named_transformer.
+inside.record.record` and :func:`~named_transformer.inside.record.edit`.
+
+**Logit lens** (nostalgebraist 2020): read the residual stream $X^l$ entering layer
+$l$ (and the last layer's output) through the final norm and the unembedding, as if
+the model stopped there:
+
+$$\text{lens}^l = \nfun{vocab}{log\,softmax}\big(E' \ndot{layer}
+  \text{Norm}(X^l)\big).$$
+
+**Direct logit attribution** (Elhage et al. 2021): head $h$ of layer $l$ adds
+$c_{l,h} = W^O_{l,h} \ndot{val} Y_{l,h}$ to the residual stream, and the final norm is
+linear once its divisor $\sigma$ is read from the final stream $X^L$; its direct
+share of the logit of token $t$ is
+
+$$\text{DLA}_{l,h} = E'_t \ndot{layer}
+  \frac{c_{l,h} - \nfun{layer}{mean} c_{l,h}}{\sigma(X^L)} \odot \gamma$$
+
+(RMSNorm: no centring, $\sigma$ the root mean square).
+
+**Induction and previous-token scores** (Olsson et al. 2022): on a random sequence of
+$T$ tokens repeated once, a head that attends from each token of the second copy to
+the token *after* its earlier occurrence, key $i = j - T + 1$, is an induction head; one
+that attends to the token before, $i = j - 1$, a previous-token head. A head's score is
+its mean weight on that key, over the queries $Q$ of the second copy:
+
+$$\text{induction}_h = \frac{1}{|Q|} \sum_{j \in Q} A_h[j, j - T + 1], \qquad
+  \text{previous}_h = \frac{1}{|Q|} \sum_{j \in Q} A_h[j, j - 1].$$
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import einsum, rearrange, reduce
+from jaxtyping import Int
+from torch import Tensor, nn
+
+from named_transformer.axes import checked
+from named_transformer.inside.record import Named, Record
+
+__all__ = [
+    "direct_logit_attribution",
+    "induction_scores",
+    "logit_lens",
+    "previous_token_scores",
+    "repeated_tokens",
+    "residual_stream",
+]
+
+WEIGHTS = "blocks.layers.{}.self_attention.weights"
+
+
+# --8<-- [start:residual_stream]
+def residual_stream(found: Record, prefix: str = "blocks") -> Named:
+    r"""$X^0, \dots, X^L$: the stream entering each layer of the stack ``prefix``, and
+    the last layer's output (``layers *batch seq layer``, $L + 1$ entries)."""
+    first = next(
+        (kind for kind in ("attention_residual", "self_attention_residual")
+         if f"{prefix}.layers.0.{kind}.inputs" in found),
+        None,
+    )  # fmt: skip
+    if first is None:
+        raise ValueError(f"no residual stream of '{prefix}' was recorded")
+    entering = found.stack(f"{prefix}.layers.{{}}.{first}.inputs")
+    layers = len(entering.tensor)
+    last = found[f"{prefix}.layers.{layers - 1}.feed_forward_residual.outputs"]
+    stream = rearrange([*entering.tensor, last.tensor], "layers ... -> layers ...")
+    return Named(stream, entering.axes)
+
+
+# --8<-- [end:residual_stream]
+
+
+def _readout(model: nn.Module) -> tuple[str, nn.Module | None, nn.Module]:
+    """The stack that ends in the unembedding, its final norm, and the generator."""
+    if hasattr(model, "blocks") and hasattr(model, "generator"):  # LanguageModel
+        return "blocks", model.blocks.norm, model.generator
+    if hasattr(model, "stacks") and hasattr(model, "generator"):  # Transformer
+        return "stacks.decoder", model.stacks.decoder.norm, model.generator
+    raise ValueError(
+        f"{type(model).__name__} has no unembedding to read the stream through "
+        "(a LanguageModel or a Transformer has)"
+    )
+
+
+# --8<-- [start:logit_lens]
+def logit_lens(model: nn.Module, found: Record) -> Named:
+    r"""$\nfun{vocab}{log\,softmax}(E' \ndot{layer} \text{Norm}(X^l))$ for every
+    $X^l$ of :func:`residual_stream` (``layers *batch seq vocab``): what the model
+    would predict if it stopped before layer $l$. A post-norm stack has no final
+    norm: its stream is read as it is."""
+    prefix, norm, generator = _readout(model)
+    stream = residual_stream(found, prefix)
+    normalised = stream.tensor if norm is None else norm(stream.tensor)
+    return Named(generator(normalised), "layers *batch seq vocab")
+
+
+# --8<-- [end:logit_lens]
+
+
+# --8<-- [start:direct_logit_attribution]
+@checked
+def direct_logit_attribution(
+    model: nn.Module, found: Record, tokens: Int[Tensor, "*batch seq"]
+) -> Named:
+    r"""$\text{DLA}_{l,h}$ of every head to the logit of ``tokens`` at every position
+    (``layers heads *batch seq``); ``tokens`` is usually the next token.
+
+    Needs pre-norm blocks, so that each head's contribution reaches the final norm
+    unchanged, and every layer's ``contributions`` recorded.
+    """
+    prefix, norm, generator = _readout(model)
+    if prefix == "blocks" and not model.blocks.layers[0].attention_residual.norm_first:
+        raise ValueError(
+            "direct logit attribution needs pre-norm blocks: in a post-norm stack "
+            "every later layer's norm rescales a head's contribution"
+        )
+    parts = found.stack(f"{prefix}.layers.{{}}.self_attention.contributions").tensor
+    final = residual_stream(found, prefix).tensor[-1]  # X^L, *batch seq layer
+    if norm is None:
+        scaled = parts
+    elif hasattr(norm, "beta"):  # LayerNorm: centre, divide by sigma, times gamma
+        centred = parts - reduce(parts, "... layer -> ... 1", "mean")
+        deviation = final - reduce(final, "... layer -> ... 1", "mean")
+        variance = reduce(deviation * deviation, "... layer -> ... 1", "mean")
+        sigma = rearrange((variance + norm.eps).sqrt(), "... seq 1 -> ... 1 seq 1")
+        scaled = centred / sigma * norm.gamma
+    else:  # RMSNorm: divide by the root mean square, times the gain
+        rms = (reduce(final * final, "... layer -> ... 1", "mean") + norm.eps).sqrt()
+        scaled = parts / rearrange(rms, "... seq 1 -> ... 1 seq 1") * norm.gamma
+    directions = generator.table[tokens]  # E'_t: *batch seq layer
+    shares = einsum(scaled, directions, "layers ... heads seq layer, ... seq layer "
+                    "-> layers ... heads seq")  # fmt: skip
+    return Named(rearrange(shares, "layers ... heads seq -> layers heads ... seq"),
+                 "layers heads *batch seq")  # fmt: skip
+
+
+# --8<-- [end:direct_logit_attribution]
+
+
+# --8<-- [start:repeated_tokens]
+@checked
+def repeated_tokens(
+    vocab: int, period: int, batch: int = 1, *, low: int = 0, seed: int = 0
+) -> Int[Tensor, "batch seq"]:
+    """``batch`` random sequences of ``period`` ids in ``low … vocab - 1``, each
+    repeated once (``2 period`` positions)."""
+    if not 0 <= low < vocab or period < 2:
+        raise ValueError(
+            f"need 0 <= low < vocab and period >= 2, got low={low}, vocab={vocab}, "
+            f"period={period}"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    half = torch.randint(low, vocab, (batch, period), generator=generator)
+    return rearrange([half, half], "copy batch period -> batch (copy period)")
+
+
+# --8<-- [end:repeated_tokens]
+
+
+# --8<-- [start:induction_scores]
+def _diagonal_score(weights: Named, offset: int, queries: range) -> Named:
+    """The mean weight of each head on key ``j + offset`` over the queries ``j``."""
+    table = weights.to("layers heads *batch seq_q seq")
+    seq_q, seq = table.shape[-2], table.shape[-1]
+    j = rearrange(torch.arange(seq_q, device=table.device), "seq_q -> seq_q 1")
+    i = rearrange(torch.arange(seq, device=table.device), "seq -> 1 seq")
+    chosen = (i == j + offset) & (j >= queries.start) & (j < queries.stop)
+    picked = einsum(
+        table,
+        chosen.to(table.dtype),
+        "layers heads ... seq_q seq, seq_q seq -> layers heads ...",
+    )
+    scores = reduce(picked, "layers heads ... -> layers heads", "mean")
+    return Named(scores / len(queries), "layers heads")
+
+
+def induction_scores(
+    found: Record, period: int, *, start: int = 0, template: str = WEIGHTS
+) -> Named:
+    r"""$\text{induction}_h$ of every head (``layers heads``) from its recorded
+    weights on :func:`repeated_tokens` of period $T$ = ``period``, the first copy
+    starting at position ``start`` (after a ``[CLS]`` or BOS token, 1)."""
+    queries = range(start + period, start + 2 * period)
+    return _diagonal_score(found.stack(template), 1 - period, queries)
+
+
+def previous_token_scores(
+    found: Record, *, start: int = 0, template: str = WEIGHTS
+) -> Named:
+    r"""$\text{previous}_h$ of every head (``layers heads``): its mean weight on the
+    key just before each query, over the queries after position ``start``."""
+    weights = found.stack(template)
+    return _diagonal_score(weights, -1, range(start + 1, weights.tensor.shape[-2]))
+
+
+# --8<-- [end:induction_scores]
