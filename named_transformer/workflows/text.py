@@ -241,7 +241,13 @@ def _continue(
         return model(tokens[:, -context:])[:, -1]
 
     start = rearrange(prompt, "seq -> 1 seq")
-    decoded = sample(step, start, length, temperature=temperature, generator=generator)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one row's tiny products: a second thread only waits
+    try:
+        decoded = sample(step, start, length, temperature=temperature,
+                         generator=generator)  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
     return decoded.tokens[0].tolist()
 
 
@@ -322,22 +328,28 @@ def train_text(
     return run
 
 
-def loss_figure(run: dict[str, Any], path: Path) -> None:
-    """Training and validation bits per character against the step, to ``path``."""
+def loss_figure(
+    training: Sequence[tuple[int, float]],
+    evaluations: Sequence[tuple[int, float]],
+    target: float,
+    path: str | Path,
+    title: str = "",
+) -> None:
+    """Draw the training loss ``[(step, nats per token)]`` and the validation
+    ``[(step, bits per character)]``, both in bits per character, with the target as
+    a dotted line; write it to ``path``."""
     from named_transformer import plot
 
-    history = run["trainer"].history
-    evaluations = run["evaluations"]
     ax = plot.line_plot(
-        [r.step for r in history],
-        {"training": [r.loss / math.log(2) for r in history]},
-        xlabel="step", ylabel="bits per character",
-        title=f"{run['parameters']:,} parameters",
+        [step for step, _ in training],
+        {"training": [loss / math.log(2) for _, loss in training]},
+        xlabel="step", ylabel="bits per character", title=title,
     )  # fmt: skip
     ax.plot(*zip(*evaluations, strict=True), marker="o", markersize=3,
             label="validation")  # fmt: skip
-    ax.axhline(run["settings"].target, color="gray", linestyle=":", label="target")
+    ax.axhline(target, color="gray", linestyle=":", label=f"target {target}")
     ax.legend(fontsize=8)
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ax.figure.savefig(path, dpi=120, bbox_inches="tight")
     plot._pyplot().close(ax.figure)
@@ -426,7 +438,9 @@ def train_text_command(args: Any) -> int:
     )
     if not args.no_figure:
         figure = Path(args.figure or out / "loss.png")
-        loss_figure(run, figure)
+        training = [(r.step, r.loss) for r in run["trainer"].history]
+        loss_figure(training, run["evaluations"], settings.target, figure,
+                    title=f"{run['parameters']:,} parameters")  # fmt: skip
         print(f"loss figure: {figure}")
     print(f"sample: {run['sample']!r}")
     return 0
