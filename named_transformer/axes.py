@@ -91,6 +91,11 @@ AXES: dict[str, Axis] = {
     "pairs": Axis(
         r"\mathsf{pairs}", "pairs of key channels rotated together, |key|/2 (RoPE)"
     ),
+    "rows": Axis(r"\mathsf{rows}", "rows of a stored weight matrix (GGUF)"),
+    "columns": Axis(r"\mathsf{columns}", "columns of a stored weight matrix (GGUF)"),
+    "bytes": Axis(r"\mathsf{bytes}", "bytes of a quantised row or block"),
+    "blocks": Axis(r"\mathsf{blocks}", "quantisation blocks along a row (Q4_1, Q8_0)"),
+    "weights": Axis(r"\mathsf{weights}", "the 32 weights of one quantisation block"),
     "two": Axis(
         r"\mathsf{two}", "the two channels of one rotated pair (llama.cpp's rows)"
     ),

@@ -1,12 +1,17 @@
-"""The command line's pretrained commands, run by the packaged all-MiniLM-L6-v2.
+"""The command line's pretrained commands: the packaged all-MiniLM-L6-v2 and
+SmolLM2-135M-Instruct.
 
     python -m named_transformer embed "A man is eating." "Someone has a meal."
     python -m named_transformer embed "first" "second" --json
     python -m named_transformer attention "The cat sat on the mat." --out cat.png
+    python -m named_transformer chat "What is the capital of France?"
+    python -m named_transformer generate "Once upon a time" --temperature 0.8 --seed 1
 
 ``embed`` prints the cosine similarity of every pair of sentences (``--json``: the
 sentences and their embeddings); ``attention`` draws every layer's and head's
-attention weights over the sentence's word pieces.
+attention weights over the sentence's word pieces. ``chat`` answers one question
+with the chat template applied, ``generate`` continues a text; both print the tokens
+as they come (greedy unless ``--temperature`` is above 0).
 """
 
 from __future__ import annotations
@@ -62,8 +67,53 @@ def _attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _language_model(args: argparse.Namespace):
+    from named_transformer.pretrained.smollm2 import load_gguf, load_smollm2
+
+    try:
+        return load_gguf(args.gguf) if args.gguf else load_smollm2()
+    except ModuleNotFoundError as missing:
+        raise SystemExit(f"error: {missing}") from None
+
+
+def _answer(args: argparse.Namespace) -> int:
+    """``chat`` and ``generate``: the answer streamed to standard output."""
+    from named_transformer.pretrained.smollm2 import Generation
+
+    settings = Generation(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_p=args.top_p, seed=args.seed,
+    )  # fmt: skip
+    if not args.prompt.strip():  # before the model loads: a mistake costs nothing
+        raise ValueError("the prompt is empty")
+    model = _language_model(args)
+    write = getattr(model, args.command)
+
+    def show(text: str) -> None:
+        print(text, end="", flush=True)
+
+    write(args.prompt, settings, on_text=show)
+    print()
+    return 0
+
+
+def _add_generation(command) -> None:
+    add = command.add_argument
+    add("--max-new-tokens", type=int, default=128,
+        help="stop after this many new tokens (default 128)")  # fmt: skip
+    add("--temperature", type=float, default=0.0,
+        help="0 (the default) chooses greedily; above 0 samples at that temperature")
+    add("--top-p", type=float, default=None,
+        help="sample only from the nucleus of this probability (with --temperature)")
+    add("--seed", type=int, default=None, help="makes the samples reproducible")
+    add("--gguf", default=None,
+        help="a llama.cpp GGUF file (llama or qwen2) instead of the packaged SmolLM2")
+    command.set_defaults(run=_answer)
+
+
 def add_commands(commands, formatter: type[argparse.HelpFormatter]) -> list:
-    """Add ``embed`` and ``attention`` to the subcommands ``commands``."""
+    """Add ``embed``, ``attention``, ``chat`` and ``generate`` to the subcommands
+    ``commands``."""
     embed = commands.add_parser(
         "embed", formatter_class=formatter,
         help="embed sentences with the packaged MiniLM; print their similarities",
@@ -80,4 +130,16 @@ def add_commands(commands, formatter: type[argparse.HelpFormatter]) -> list:
     attention.add_argument("sentence", help="the sentence to read")
     attention.add_argument("--out", default="attention.png", help="the PNG to write")
     attention.set_defaults(run=_attention)
-    return [embed, attention]
+    chat = commands.add_parser(
+        "chat", formatter_class=formatter,
+        help="ask the packaged SmolLM2-135M-Instruct one question (chat template)",
+    )  # fmt: skip
+    chat.add_argument("prompt", help="the question")
+    generate = commands.add_parser(
+        "generate", formatter_class=formatter,
+        help="continue a text with the packaged SmolLM2-135M-Instruct (no template)",
+    )  # fmt: skip
+    generate.add_argument("prompt", help="the text to continue")
+    for command in (chat, generate):
+        _add_generation(command)
+    return [embed, attention, chat, generate]
