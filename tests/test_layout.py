@@ -148,6 +148,9 @@ ADDED_IN_0_6_0 = [
     "Named", "Record", "ablate", "direct_logit_attribution", "edit",
     "induction_scores", "logit_lens", "patch", "patching_grid",
     "previous_token_scores", "record", "repeated_tokens", "residual_stream",
+    "ChatModel", "ChatTokenizer", "GGUFCheckpoint", "Generation", "from_gguf",
+    "gguf_tokenizer", "load_gguf", "load_smollm2", "read_gguf", "nucleus_mask",
+    "stream",
 ]  # fmt: skip
 
 
