@@ -1,0 +1,85 @@
+"""Every page's notebook runs top to bottom in a fresh kernel and prints what the page
+shows.
+
+The notebooks are the ones the site build wrote (docs/hooks/notebooks.py) from the
+pages themselves, into the site CI built (``NT_SITE_DIR``; without it the
+``site_dir`` fixture builds one). Each runs in a fresh Jupyter kernel (nbclient,
+the install cell skipped: this environment has the package), from the repository's
+root as the docs build does; any error fails the test. The text each code cell prints
+must equal the text the page shows for that block (what markdown-exec captured
+while building it, stored in the notebook as the cell's output), up to memory
+addresses and trailing spaces. Figures aside: the pages draw none inline.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(DOCS / "hooks"))
+from notebooks import has_notebook, notebook_uri, page_cells  # noqa: E402
+
+sys.path.remove(str(DOCS / "hooks"))
+
+nbformat = pytest.importorskip("nbformat", reason="nbformat (test extra) missing")
+
+PAGES = sorted(
+    path.relative_to(DOCS).as_posix()
+    for path in DOCS.rglob("*.md")
+    if has_notebook(path.relative_to(DOCS).as_posix(), path.read_text())
+)
+ADDRESS = re.compile(r"0x[0-9a-f]{6,}")
+
+
+def printed(cell) -> str:
+    """The text a code cell printed (stdout), normalised for comparison."""
+    text = "".join(
+        output.get("text", "")
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "stream" and output.get("name") == "stdout"
+    )
+    lines = [ADDRESS.sub("0x…", line.rstrip()) for line in text.splitlines()]
+    return "\n".join(lines).strip("\n")
+
+
+def test_the_pages_with_executed_code_are_the_three_sections():
+    assert len(PAGES) >= 20
+    assert {page.split("/")[0] for page in PAGES} == {"learn", "models", "workflows"}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_built_notebook_is_the_page(page, site_dir):
+    """The notebook's cells are the page's, in page order, after the install line."""
+    book = nbformat.read(site_dir / notebook_uri(page), as_version=4)
+    nbformat.validate(book)
+    assert "%pip install" in book.cells[1].source
+    assert book.cells[1].metadata["tags"] == ["skip-execution"]
+    cells = page_cells((DOCS / page).read_text())
+    assert [c.source for c in book.cells[2:]] == [c.source for c in cells]
+    html = (site_dir / page.removesuffix(".md") / "index.html").read_text()
+    name = Path(notebook_uri(page)).name
+    assert f'href="../{name}"' in html and "Run this page as a notebook" in html
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_notebook_runs_and_prints_what_the_page_shows(page, site_dir):
+    from nbclient import NotebookClient
+
+    book = nbformat.read(site_dir / notebook_uri(page), as_version=4)
+    code = [cell for cell in book.cells[2:] if cell.cell_type == "code"]
+    shown = [printed(cell) for cell in code]
+    assert any(shown), f"the notebook of {page} stores no output of the page"
+    client = NotebookClient(
+        book, timeout=600, kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT)}},
+    )  # fmt: skip
+    client.execute()  # an error in any cell raises CellExecutionError, naming it
+    for number, (cell, expected) in enumerate(zip(code, shown, strict=True), 1):
+        assert printed(cell) == expected, (
+            f"{page}: code cell {number} printed other text than the page shows"
+        )
