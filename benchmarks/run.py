@@ -16,7 +16,7 @@ import time
 import torch
 
 import named_transformer as nt
-from benchmarks import attention_core, decoding, modules, pretrained
+from benchmarks import attention_core, decoding, inside, modules, pretrained
 from benchmarks.common import matmul_peak_gflops
 
 
@@ -53,6 +53,10 @@ def main() -> None:
     with nt.shape_checks(False):
         print(attention_core.blockwise_vs_sdpa(args.quick))
     print(attention_core.blockwise_memory(args.quick))
+    with nt.shape_checks(False):
+        print(attention_core.crossover(args.quick))
+        print(attention_core.default_vs_pytorch(args.quick))
+    print(inside.taps(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 
