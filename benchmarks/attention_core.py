@@ -1,5 +1,6 @@
-"""Benchmarks 1, 2, 8, 12 and 13: the attention core against SDPA, the score zoo, peak
-memory; blockwise attention against SDPA, in time and in memory."""
+"""Benchmarks 1, 2, 8, 12, 13, 15 and 16: the attention core against SDPA, the score
+zoo, peak memory; blockwise attention against SDPA, in time and in memory; the
+crossover of the automatic core, and a plain call against PyTorch's own."""
 
 from __future__ import annotations
 
@@ -9,10 +10,23 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import named_transformer as nt
 from benchmarks.common import interleaved, ms, table
-from named_transformer.core.blockwise import blockwise_attention
+from named_transformer.core.blockwise import (
+    BLOCK,
+    CROSSOVER,
+    automatic_block,
+    blockwise_attention,
+)
+from named_transformer.interop.pytorch import from_torch
+
+
+def _materialised(queries, keys, values, mask):
+    """The named equations with the weights materialised (``nt.attention`` before it
+    chose its core by the length: what tables 1, 8 and 13 measure)."""
+    return nt.attend(nt.attention_weights(queries, keys, mask), values)
 
 
 def _attention_pair(batch: int, heads: int, seq: int, key: int, repeats: int):
@@ -20,7 +34,7 @@ def _attention_pair(batch: int, heads: int, seq: int, key: int, repeats: int):
     mask = nt.causal_mask(seq)
     return interleaved(
         {
-            "named": lambda: nt.attention(q, k, v, mask),
+            "named": lambda: _materialised(q, k, v, mask),
             "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
         },
         repeats,
@@ -28,8 +42,8 @@ def _attention_pair(batch: int, heads: int, seq: int, key: int, repeats: int):
 
 
 def attention_vs_sdpa(quick: bool) -> str:
-    """1. nt.attention against F.scaled_dot_product_attention, causal mask, seq
-    64..2048."""
+    """1. The materialising named equations against F.scaled_dot_product_attention,
+    causal mask, seq 64..2048."""
     lengths = [64, 256] if quick else [64, 256, 1024, 2048]
     batch, heads, key = 2, 8, 64
     rows = []
@@ -91,7 +105,8 @@ nt.shape_checks(False)
 q, k, v = (torch.randn(1, 8, seq, 64) for _ in range(3))
 mask = nt.causal_mask(seq)
 run = {
-    "named": lambda: nt.attention(q, k, v, mask),
+    "named": lambda: nt.attend(nt.attention_weights(q, k, mask), v),  # materialising
+    "default": lambda: nt.attention(q, k, v, mask),  # the core chosen for the call
     "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
     "blockwise": lambda: blockwise_attention(q, k, v, causal=True),
     "sdpa-causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
@@ -232,6 +247,136 @@ def blockwise_memory(quick: bool) -> str:
     return table(
         "13. Peak memory of one causal attention call (batch 1, heads 8, key 64; "
         "rise of the RSS high-water mark)",
+        header,
+        rows,
+    )
+
+
+def _crossover_row(batch: int, heads: int, seq: int, key: int, repeats: int) -> list:
+    """Materialising and blockwise attention at one length, forward and forward +
+    backward, interleaved."""
+    q, k, v = (torch.randn(batch, heads, seq, key) for _ in range(3))
+    mask = nt.causal_mask(seq)
+
+    def materialised(q, k, v):
+        return _materialised(q, k, v, mask)
+
+    def blocked(q, k, v):
+        return blockwise_attention(q, k, v, mask, BLOCK)
+
+    with torch.no_grad():
+        forward = interleaved(
+            {"materialise": lambda: materialised(q, k, v),
+             "blockwise": lambda: blocked(q, k, v)},
+            repeats,
+        )  # fmt: skip
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    grad = torch.randn(batch, heads, seq, key)
+
+    def backward(attention):
+        return lambda: torch.autograd.grad(attention(*leaves), leaves, grad)
+
+    both = interleaved(
+        {"materialise": backward(materialised), "blockwise": backward(blocked)},
+        repeats,
+    )
+    chosen = automatic_block(seq, seq)
+    return [
+        seq, ms(forward[0].median), ms(forward[1].median),
+        f"{forward[1].median / forward[0].median:.2f}",
+        ms(both[0].median), ms(both[1].median),
+        f"{both[1].median / both[0].median:.2f}",
+        "materialise" if chosen is None else f"blockwise ({chosen})",
+    ]  # fmt: skip
+
+
+def crossover(quick: bool) -> str:
+    """15. Where blockwise attention starts to beat the materialising path: both with
+    a boolean causal mask, forward and forward + backward, and the core that
+    ``automatic_block`` picks at each length."""
+    lengths = [32, 64] if quick else [64, 128, 192, 256, 384, 512]
+    batch, heads, key = 2, 8, 64
+    rows = [
+        _crossover_row(batch, heads, seq, key, 3 if quick else max(7, 40 * 64 // seq))
+        for seq in lengths
+    ]
+    header = [
+        "seq",
+        "materialise ms",
+        f"blockwise ({BLOCK}) ms",
+        "blockwise / materialise",
+        "fwd+bwd materialise ms",
+        "fwd+bwd blockwise ms",
+        "fwd+bwd ratio",
+        "automatic choice",
+    ]
+    return table(
+        f"15. The crossover: blockwise vs materialising attention (batch {batch}, "
+        f"heads {heads}, key {key}, boolean causal mask; crossover {CROSSOVER})",
+        header,
+        rows,
+    )
+
+
+def _plain_calls(seq: int, repeats: int) -> list:
+    """One row of table 16: ``nt.attention`` and SDPA, the default module and
+    ``nn.MultiheadAttention`` (the same weights), forward, interleaved; the peak memory
+    of one attention call."""
+    q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
+    mask = nt.causal_mask(seq)
+    theirs = nn.MultiheadAttention(512, 8, batch_first=True).eval()
+    ours = from_torch(theirs).eval()
+    x = torch.randn(1, seq, 512)
+    with torch.no_grad():
+        named, sdpa = interleaved(
+            {"named": lambda: nt.attention(q, k, v, mask),
+             "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)},
+            repeats,
+        )  # fmt: skip
+        module, reference = interleaved(
+            {"named": lambda: ours(x, mask=mask),
+             "torch": lambda: theirs(x, x, x, attn_mask=~mask, need_weights=False)},
+            repeats,
+        )  # fmt: skip
+    memory = _peak_mib("default", seq), _peak_mib("sdpa", seq)
+    chosen = automatic_block(seq, seq)
+    return [
+        seq, "materialise" if chosen is None else f"blockwise ({chosen})",
+        ms(named.median), ms(sdpa.median), f"{named.median / sdpa.median:.2f}",
+        f"{memory[0]:.0f}", f"{memory[1]:.0f}",
+        f"{memory[0] / max(memory[1], 1.0):.1f}",
+        ms(module.median), ms(reference.median),
+        f"{module.median / reference.median:.2f}",
+    ]  # fmt: skip
+
+
+def default_vs_pytorch(quick: bool) -> str:
+    """16. A plain call, no option: ``nt.attention`` against SDPA (both with a boolean
+    causal mask; batch 2, heads 8, key 64) and ``MultiHeadAttention`` against
+    ``nn.MultiheadAttention`` (batch 1, layer 512, heads 8, causal), forward, with the
+    peak memory of one ``nt.attention`` call beside SDPA's (table 8's method: batch 1,
+    heads 8, key 64)."""
+    lengths = [64, 256] if quick else [64, 256, 1024, 2048, 4096]
+    rows = [
+        _plain_calls(seq, 3 if quick else max(5, 20 * 256 // seq)) for seq in lengths
+    ]
+    header = [
+        "seq",
+        "core chosen",
+        "nt.attention ms",
+        "SDPA ms",
+        "ratio",
+        "nt.attention peak MiB",
+        "SDPA peak MiB",
+        "memory ratio",
+        "MultiHeadAttention ms",
+        "nn.MultiheadAttention ms",
+        "ratio",
+    ]
+    return table(
+        "16. A plain call against PyTorch's own, forward, no option given "
+        "(attention: batch 2, heads 8, key 64; modules: batch 1, layer 512, heads 8; "
+        "causal mask)",
         header,
         rows,
     )

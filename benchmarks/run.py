@@ -53,10 +53,10 @@ def main() -> None:
     with nt.shape_checks(False):
         print(attention_core.blockwise_vs_sdpa(args.quick))
     print(attention_core.blockwise_memory(args.quick))
+    print(inside.taps(args.quick))
     with nt.shape_checks(False):
         print(attention_core.crossover(args.quick))
         print(attention_core.default_vs_pytorch(args.quick))
-    print(inside.taps(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 
