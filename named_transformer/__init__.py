@@ -101,7 +101,7 @@ from named_transformer.models.alibi import (
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.cores import Blockwise, Fused, Materialise
+from named_transformer.models.cores import Automatic, Blockwise, Fused, Materialise
 from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.embedding import (
     LearnedPositions,
@@ -359,6 +359,7 @@ __all__ = [
     "ALiBi",
     "AttentionVariant",
     "AttentionWeights",
+    "Automatic",
     "Blockwise",
     "Fused",
     "Heads",

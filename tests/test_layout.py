@@ -150,7 +150,7 @@ ADDED_IN_0_6_0 = [
     "previous_token_scores", "record", "repeated_tokens", "residual_stream",
     "ChatModel", "ChatTokenizer", "GGUFCheckpoint", "Generation", "from_gguf",
     "gguf_tokenizer", "load_gguf", "load_smollm2", "read_gguf", "nucleus_mask",
-    "stream",
+    "stream", "Automatic",
 ]  # fmt: skip
 
 
