@@ -19,12 +19,14 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from named_transformer.inside.record import Named, Record, edit, patch, record
+from named_transformer.axes import checked
+from named_transformer.inside.recording import Named, Record, edit, patch, record
 
 __all__ = ["patching_grid"]
 
 
 # --8<-- [start:patching_grid]
+@checked
 def patching_grid(
     model: nn.Module,
     run: Callable[[], Tensor],
