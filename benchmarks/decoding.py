@@ -1,5 +1,6 @@
-"""Benchmarks 7 and 11: greedy decoding with and without the key/value cache
-(tokens/s); the cache of grouped-query attention and of a sliding window (bytes).
+"""Benchmarks 7, 11 and 17: greedy decoding with and without the key/value cache
+(tokens/s); the cache of grouped-query attention and of a sliding window (bytes);
+where the time of the eager cached step goes.
 
 Four decoders run interleaved: the named cache (the default path the target counts),
 recomputing the prefix, the named step compiled over a fixed-size cache (the explicit
@@ -16,6 +17,7 @@ Table 11 decodes with models that differ only in their self-attention's key/valu
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import torch
@@ -272,6 +274,122 @@ def grouped_cache(quick: bool) -> str:
     return table(
         f"11. Grouped-query attention and a sliding window: the key/value cache over "
         f"{tokens} tokens, batch 1 ({description})",
+        header,
+        rows,
+    )
+
+
+class _Timers:
+    """Seconds spent in named parts of the named cached step, by wrapping them for the
+    length of a ``with`` block."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, owner: object, attribute: str, part: str) -> None:
+        original = getattr(owner, attribute)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                self.seconds[part] = self.seconds.get(part, 0.0) + elapsed
+
+        if attribute in vars(owner):  # a module's function, a class's method
+            self._undo.append(lambda: setattr(owner, attribute, original))
+        else:  # an instance's forward, which its class defines
+            self._undo.append(lambda: delattr(owner, attribute))
+        setattr(owner, attribute, timed)
+
+    def __enter__(self) -> _Timers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for undo in reversed(self._undo):
+            undo()
+
+
+_PARTS = [
+    "stacked projection (W_qkv)",
+    "cache write",
+    "attention over the cache, W^O",
+    "feed-forward",
+    "logits, log-softmax",
+]
+
+
+def _timed_decoding(model, prompt, tokens: int) -> dict[str, float]:
+    """One greedy decoding with the named cache, its time split into parts."""
+    from named_transformer.decoding import incremental
+
+    with _Timers() as timers:
+        timers.wrap(incremental, "stacked_projection", _PARTS[0])
+        timers.wrap(IncrementalDecoder, "_remember", _PARTS[1])
+        timers.wrap(incremental, "_cached_attention", _PARTS[2])
+        for layer in model.blocks.layers:
+            timers.wrap(layer.feed_forward, "forward", _PARTS[3])
+        timers.wrap(model.generator, "forward", _PARTS[4])
+        start = time.perf_counter()
+        greedy(IncrementalDecoder(model), prompt, tokens)
+        total = time.perf_counter() - start
+    parts = {part: timers.seconds.get(part, 0.0) for part in _PARTS}
+    parts["the rest: embedding, norms, residuals, Python"] = total - sum(parts.values())
+    parts["total"] = total
+    return parts
+
+
+def step_breakdown(quick: bool) -> str:
+    """17. Where the eager cached step's time goes: table 7's model and decoding,
+    the named cache's time per token split into its parts (the median of ``repeats``
+    decodings by total time), beside the PyTorch-primitives step's total."""
+    tokens, repeats = (16, 1) if quick else (256, 7)
+    config = TransformerConfig(
+        decoder_layers=2 if quick else 4,
+        layer=64 if quick else 256,
+        heads=4 if quick else 8,
+        hidden=128 if quick else 1024,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = LanguageModel(100, config).eval()
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    rows, threads_before = [], torch.get_num_threads()
+    columns = {}
+    with nt.shape_checks(False), torch.no_grad():
+        for threads in sorted({1, threads_before}):
+            torch.set_num_threads(threads)
+            greedy(IncrementalDecoder(model), prompt, tokens)  # warm-up
+            named, reference = [], []
+            for _ in range(repeats):  # interleaved
+                named.append(_timed_decoding(model, prompt, tokens))
+                step = _PyTorchCachedStep(model, tokens)
+                start = time.perf_counter()
+                greedy(step, prompt, tokens)
+                reference.append(time.perf_counter() - start)
+            named.sort(key=lambda parts: parts["total"])
+            columns[threads] = (named[len(named) // 2], sorted(reference))
+    torch.set_num_threads(threads_before)
+    for part in [*_PARTS, "the rest: embedding, norms, residuals, Python", "total"]:
+        row = [f"named: {part}"]
+        for parts, _ in columns.values():
+            row.append(f"{parts[part] / tokens * 1e6:.0f}")
+        rows.append(row)
+    rows.append(
+        ["PyTorch primitives: total"]
+        + [f"{ref[len(ref) // 2] / tokens * 1e6:.0f}" for _, ref in columns.values()]
+    )
+    rows.append(
+        ["named / primitives"]
+        + [f"{p['total'] / ref[len(ref) // 2]:.2f}" for p, ref in columns.values()]
+    )
+    header = ["µs per token"] + [f"{t} thread{'s' * (t > 1)}" for t in columns]
+    return table(
+        f"17. Where the eager cached step's time goes: greedy decoding of {tokens} "
+        f"tokens, batch 1 ({config.decoder_layers} layers, layer {config.layer}, "
+        f"heads {config.heads}, hidden {config.hidden}), checks off",
         header,
         rows,
     )

@@ -57,6 +57,7 @@ def main() -> None:
     with nt.shape_checks(False):
         print(attention_core.crossover(args.quick))
         print(attention_core.default_vs_pytorch(args.quick))
+    print(decoding.step_breakdown(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 
