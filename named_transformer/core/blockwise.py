@@ -467,7 +467,7 @@ def blockwise_attention(
 BLOCK = 128
 #: from this many queries and keys on, blockwise attention beat the materialising
 #: path on the machine of the Performance page (its crossover table)
-CROSSOVER = 192
+CROSSOVER = 256
 
 
 def automatic_block(
