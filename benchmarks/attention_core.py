@@ -365,13 +365,13 @@ def default_vs_pytorch(quick: bool) -> str:
         "core chosen",
         "nt.attention ms",
         "SDPA ms",
-        "ratio",
+        "nt.attention / SDPA",
         "nt.attention peak MiB",
         "SDPA peak MiB",
         "memory ratio",
         "MultiHeadAttention ms",
         "nn.MultiheadAttention ms",
-        "ratio",
+        "module / torch",
     ]
     return table(
         "16. A plain call against PyTorch's own, forward, no option given "
