@@ -386,3 +386,13 @@ __all__ = [
     "residual_stream",
 ]
 __version__ = "0.5.0"
+
+
+def __getattr__(name: str) -> object:
+    """``nt.exercises`` (and its learner switch, ``nt.exercises.use``) imported on first
+    use: its checks import hypothesis, which ``import named_transformer`` skips."""
+    if name == "exercises":
+        import importlib
+
+        return importlib.import_module("named_transformer.exercises")
+    raise AttributeError(f"module 'named_transformer' has no attribute {name!r}")

@@ -282,7 +282,7 @@ def train_text(
         steps=settings.steps, batch_size=settings.batch_size, layer=settings.layer,
         warmup=settings.warmup, factor=settings.factor, betas=(0.9, 0.99),
         eps=1e-8, label_smoothing=0.0, eval_every=settings.eval_every,
-        seed=settings.seed, progress=progress,
+        log_every=1, seed=settings.seed, progress=progress,
     )  # fmt: skip
     evaluations: list[tuple[int, float]] = []
     generator = torch.Generator().manual_seed(settings.seed)
