@@ -411,3 +411,31 @@ def test_phone_width(path: str, server: str, phone_context, site_dir: Path) -> N
     assert -1 <= link_box["x"] and link_box["x"] + link_box["width"] <= PHONE[0] + 1, (
         f"{path}: the drawer's first link is off screen: {link_box}"
     )
+
+
+@pytest.mark.parametrize("path", ["learn/notation/", "workflows/index/"])
+def test_the_notebook_link_downloads_a_valid_notebook(
+    path: str, server: str, browser_context
+) -> None:
+    """"Run this page as a notebook" downloads the page's notebook: valid nbformat 4,
+    the install cell first, the page's executed code after it (docs/hooks/notebooks.py;
+    tests/test_notebooks.py runs every one)."""
+    nbformat = pytest.importorskip("nbformat", reason="nbformat (test extra) missing")
+    external: list[str] = []
+    errors: list[str] = []
+    page = open_page(browser_context, external, errors)
+    try:
+        page.goto(server + path.removesuffix("index/"))
+        link = page.get_by_role("link", name="Run this page as a notebook")
+        with page.expect_download() as download:
+            link.click()
+        name = download.value.suggested_filename
+        book = nbformat.read(download.value.path(), as_version=4)
+    finally:
+        page.close()
+    nbformat.validate(book)
+    assert name == Path(path.rstrip("/")).name + ".ipynb"
+    assert "%pip install" in book.cells[1].source
+    code = [cell.source for cell in book.cells[2:] if cell.cell_type == "code"]
+    assert code and "import named_transformer as nt" in "\n".join(code)
+    assert not external and not errors, (external, errors)
