@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -44,15 +45,23 @@ def main() -> None:
     parser.add_argument("--runs", default=".cache/text-run", help="the run's folder")
     parser.add_argument("--out", default=str(ROOT / "docs" / "figures" / "workflows"))
     parser.add_argument("--quick", action="store_true", help="a few steps only")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        help="passed on (the recipe's cap is for an idle machine)",
+    )
     args = parser.parse_args()
     command = [sys.executable, "-m", "named_transformer", "train", "text",
                "--out", args.runs, "--no-progress"]  # fmt: skip
+    if args.max_seconds:
+        command += ["--max-seconds", str(args.max_seconds)]
     if args.quick:
         command += ["--steps", "4", "--eval-every", "2", "--context", "16"]
     load = os.getloadavg()[0]  # other work on the machine slows the run
     started = time.perf_counter()
     printed = subprocess.run(command, check=True, capture_output=True, text=True)
     wall = time.perf_counter() - started
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(printed.stdout, end="")
     checkpoint = Path(args.runs) / "checkpoint.pt"
     model, codec, settings = load_text_model(checkpoint)
@@ -60,8 +69,11 @@ def main() -> None:
     evaluations = [(r["step"], r["metrics"]["val_bpc"]) for r in state["history"]
                    if "val_bpc" in r["metrics"]]  # fmt: skip
     results = {
-        "command": "python -m named_transformer train text",
+        "command": " ".join(["python", *command[1:3], *command[3:]]).replace(
+            f" --out {args.runs} --no-progress", ""
+        ),
         "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(used.ru_utime + used.ru_stime, 1),
         "steps": state["step"],
         "bpc": evaluations[-1][1],
         "target": settings.target,
