@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import named_transformer as nt
-from named_transformer.inside.record import Named, ablate, edit, patch, record
+from named_transformer.inside.recording import Named, ablate, edit, patch, record
 
 VOCAB = 23
 

@@ -39,7 +39,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from named_transformer.axes import checked
-from named_transformer.inside.record import tap
+from named_transformer.inside.recording import tap
 
 __all__ = ["feed_forward", "gated_feed_forward", "gelu", "gelu_tanh", "relu", "silu"]
 

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from named_transformer.axes import checked
-from named_transformer.inside.record import tap
+from named_transformer.inside.recording import tap
 
 __all__ = ["layer_norm", "rms_norm", "standardize"]
 

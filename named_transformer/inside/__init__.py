@@ -11,7 +11,7 @@ from named_transformer.inside.analyses import (
     residual_stream,
 )
 from named_transformer.inside.patching import patching_grid
-from named_transformer.inside.record import (
+from named_transformer.inside.recording import (
     Edit,
     Named,
     Record,

@@ -1,5 +1,5 @@
 r"""Analyses as named equations, each a few lines on top of :func:`~named_transformer.
-inside.record.record` and :func:`~named_transformer.inside.record.edit`.
+inside.record.record` and :func:`~named_transformer.inside.recording.edit`.
 
 **Logit lens** (nostalgebraist 2020): read the residual stream $X^l$ entering layer
 $l$ (and the last layer's output) through the final norm and the unembedding, as if
@@ -36,7 +36,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.inside.record import Named, Record
+from named_transformer.inside.recording import Named, Record
 
 __all__ = [
     "direct_logit_attribution",

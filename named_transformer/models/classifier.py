@@ -25,7 +25,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.inside.record import tap
+from named_transformer.inside.recording import tap
 from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.parameters import CountsParameters

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from named_transformer.axes import checked, shape_checks_enabled
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import sinusoidal_positions
-from named_transformer.inside.record import tap
+from named_transformer.inside.recording import tap
 
 __all__ = [
     "LearnedPositions",

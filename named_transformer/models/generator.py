@@ -20,7 +20,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.inside.record import tap
+from named_transformer.inside.recording import tap
 
 __all__ = ["Generator", "log_probabilities"]
 

@@ -69,7 +69,7 @@ from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.feedforward import _plus_bias
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
-from named_transformer.inside.record import tap, tapping
+from named_transformer.inside.recording import tap, tapping
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.cores import (
     AUTOMATIC,
@@ -235,7 +235,7 @@ class Heads(NamedTuple):
 
 def _tapped(heads: Heads) -> Heads:
     """Q, K and V per head, through the taps ``queries``, ``keys``, ``values``
-    (:mod:`~named_transformer.inside.record`)."""
+    (:mod:`~named_transformer.inside.recording`)."""
     if tapping() is None:
         return heads
     return Heads(
