@@ -7,6 +7,9 @@ SmolLM2-135M-Instruct.
     python -m named_transformer chat "What is the capital of France?"
     python -m named_transformer generate "Once upon a time" --temperature 0.8 --seed 1
 
+A checkpoint of ``train text`` continues a text too:
+``generate runs/text/checkpoint.pt "To be"``.
+
 ``embed`` prints the cosine similarity of every pair of sentences (``--json``: the
 sentences and their embeddings); ``attention`` draws every layer's and head's
 attention weights over the sentence's word pieces. ``chat`` answers one question
@@ -76,13 +79,29 @@ def _language_model(args: argparse.Namespace):
         raise SystemExit(f"error: {missing}") from None
 
 
+def _continue_checkpoint(args: argparse.Namespace) -> int:
+    """``generate CHECKPOINT "prompt"``: a text model trained by ``train text``."""
+    from named_transformer.workflows.text import generate_from_checkpoint
+
+    print(generate_from_checkpoint(
+        args.checkpoint, args.prompt,
+        length=args.max_new_tokens or 300,
+        temperature=0.8 if args.temperature is None else args.temperature,
+        seed=0 if args.seed is None else args.seed,
+    ))  # fmt: skip
+    return 0
+
+
 def _answer(args: argparse.Namespace) -> int:
     """``chat`` and ``generate``: the answer streamed to standard output."""
     from named_transformer.pretrained.smollm2 import Generation
 
+    if args.command == "generate" and args.text is not None:
+        args.checkpoint, args.prompt = args.prompt, args.text
+        return _continue_checkpoint(args)
     settings = Generation(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_p=args.top_p, seed=args.seed,
+        max_new_tokens=args.max_new_tokens or 128,
+        temperature=args.temperature or 0.0, top_p=args.top_p, seed=args.seed,
     )  # fmt: skip
     if not args.prompt.strip():  # before the model loads: a mistake costs nothing
         raise ValueError("the prompt is empty")
@@ -99,10 +118,11 @@ def _answer(args: argparse.Namespace) -> int:
 
 def _add_generation(command) -> None:
     add = command.add_argument
-    add("--max-new-tokens", type=int, default=128,
-        help="stop after this many new tokens (default 128)")  # fmt: skip
-    add("--temperature", type=float, default=0.0,
-        help="0 (the default) chooses greedily; above 0 samples at that temperature")
+    add("--max-new-tokens", type=int, default=None,
+        help="stop after this many new tokens (default 128; a checkpoint's: 300)")
+    add("--temperature", type=float, default=None,
+        help="0 chooses greedily (SmolLM2's default); above 0 samples at that "
+             "temperature (a checkpoint's default: 0.8)")  # fmt: skip
     add("--top-p", type=float, default=None,
         help="sample only from the nucleus of this probability (with --temperature)")
     add("--seed", type=int, default=None, help="makes the samples reproducible")
@@ -137,9 +157,16 @@ def add_commands(commands, formatter: type[argparse.HelpFormatter]) -> list:
     chat.add_argument("prompt", help="the question")
     generate = commands.add_parser(
         "generate", formatter_class=formatter,
-        help="continue a text with the packaged SmolLM2-135M-Instruct (no template)",
+        help="continue a text with the packaged SmolLM2-135M-Instruct (no template), "
+             "or with a text model trained by `train text` (CHECKPOINT first)",
     )  # fmt: skip
-    generate.add_argument("prompt", help="the text to continue")
+    generate.add_argument(
+        "prompt", help="the text to continue, or a `train text` checkpoint"
+    )
+    generate.add_argument(
+        "text", nargs="?", default=None,
+        help="after a checkpoint: the text it continues",
+    )  # fmt: skip
     for command in (chat, generate):
         _add_generation(command)
     return [embed, attention, chat, generate]
