@@ -37,7 +37,7 @@ from named_transformer.workflows.training import (
 
 PERIODIC = "the cat sat. " * 200  # every character fixed by the four before it
 TINY = ["--context", "16", "--batch-size", "16", "--steps", "300", "--eval-every",
-        "10", "--target", "0.1", "--warmup", "20", "--factor", "0.5"]  # fmt: skip
+        "10", "--target-bpc", "0.1", "--warmup", "20", "--factor", "0.5"]  # fmt: skip
 
 
 def test_the_default_corpus_is_pydocs_help_topics():
@@ -165,5 +165,5 @@ def test_python_dash_m_train_text_help_names_the_options():
         [sys.executable, "-m", "named_transformer", "train", "--help"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    for option in ("--corpus", "--level", "--context", "--target", "--max-seconds"):
+    for option in ("--corpus", "--level", "--context", "--target-bpc", "--max-seconds"):
         assert option in result.stdout

@@ -394,8 +394,12 @@ def generate_from_checkpoint(
 
 # The command line: `train text` shares the train command's parser (cli.py adds these
 # options to it and hands ``task == "text"`` to train_text_command).
-_FLAGS = ("steps", "batch_size", "warmup", "factor", "dropout", "eval_every", "seed",
-          "level", "context", "target", "max_seconds")  # fmt: skip
+_FLAGS = {"steps": "steps", "batch_size": "batch_size", "warmup": "warmup",
+          "factor": "factor", "dropout": "dropout", "eval_every": "eval_every",
+          "seed": "seed", "level": "level", "context": "context",
+          "target_bpc": "target", "max_seconds": "max_seconds"}  # fmt: skip
+"""Each flag's dest -> the TextSettings field it sets (``--target-bpc``: ``target``,
+since ``--target`` would set the generated tasks' RunSettings.target too)."""
 
 
 def add_text_options(train: Any) -> None:
@@ -408,7 +412,7 @@ def add_text_options(train: Any) -> None:
         help="text: one token a character or a byte")  # fmt: skip
     add("--context", type=int, default=defaults.context,
         help="text: characters the model reads at once")  # fmt: skip
-    add("--target", type=float, default=defaults.target,
+    add("--target-bpc", type=float, default=defaults.target,
         help="text: stop at this validation loss, in bits per character")  # fmt: skip
     add("--max-seconds", type=float, default=defaults.max_seconds,
         help="text: stop after this long (checked at each evaluation)")  # fmt: skip
@@ -416,8 +420,8 @@ def add_text_options(train: Any) -> None:
 
 def text_settings(args: Any) -> TextSettings:
     """The recipe with every flag of ``args`` that was given (or has a default)."""
-    given = {name: getattr(args, name) for name in _FLAGS
-             if getattr(args, name, None) is not None}  # fmt: skip
+    given = {field: getattr(args, dest) for dest, field in _FLAGS.items()
+             if getattr(args, dest, None) is not None}  # fmt: skip
     return TextSettings(**given)
 
 
