@@ -18,12 +18,16 @@ values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from named_transformer.core.feedforward import feed_forward, gated_feed_forward
 from named_transformer.core.masks import causal_mask, sliding_window_mask
+from named_transformer.core.norm import layer_norm, rms_norm
+from named_transformer.inside.recording import tapping
 from named_transformer.models.multihead import (
     Heads,
     MultiHeadAttention,
@@ -33,6 +37,15 @@ from named_transformer.models.multihead import (
     stacked_projection,
     stacked_weights,
 )
+from named_transformer.models.sublayers import (
+    ACTIVATIONS,
+    FeedForward,
+    GatedFeedForward,
+    LayerNorm,
+    Residual,
+    RMSNorm,
+)
+from named_transformer.models.variants import AttentionVariant
 
 __all__ = ["IncrementalDecoder"]
 
@@ -65,18 +78,21 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
 
 
 def _cached_attention(
-    attention: MultiHeadAttention, heads: Heads, mask: Tensor | None, offset
+    attention: MultiHeadAttention,
+    heads: Heads,
+    mask: Tensor | None,
+    variant: AttentionVariant,
+    offset,
 ) -> Tensor:
     """Attention of new queries over (cached + new) keys and values: the module's own
-    pipeline, with its position scheme and core.
+    pipeline, with its position scheme and core (``variant``).
 
     ``offset`` is the first query's position counted from the first key given (the
     absolute position, unless a sliding window has dropped earlier keys).
     """
     outputs, _ = attend_projected(
-        heads, attention.w_o, attention.b_o, mask,
-        variant=attention.variant(), offset=offset,
-    )  # fmt: skip
+        heads, attention.w_o, attention.b_o, mask, variant=variant, offset=offset
+    )
     return outputs
 
 
@@ -118,6 +134,96 @@ def _slide(
         fresh[..., :kept, :] = buffer[..., length - kept : length, :]
     fresh[..., kept : kept + steps, :] = new
     return fresh, length - kept
+
+
+# --8<-- [start:plan]
+class _Norm:
+    """A LayerNorm's or RMSNorm's equation with the module's weights, called without
+    the module (its dispatch costs as much as the arithmetic on one token)."""
+
+    def __init__(self, module: LayerNorm | RMSNorm) -> None:
+        self.rms = isinstance(module, RMSNorm)
+        self.gamma, self.eps = module.gamma, module.eps
+        self.beta = None if self.rms else module.beta
+
+    def __call__(self, inputs: Tensor) -> Tensor:
+        if self.rms:
+            return rms_norm(inputs, self.gamma, self.eps)
+        return layer_norm(inputs, self.gamma, self.beta, self.eps)
+
+
+class _Residual:
+    """:class:`~named_transformer.models.sublayers.Residual` without dropout (an
+    evaluating model drops nothing), its norm called as an equation."""
+
+    def __init__(self, residual: Residual) -> None:
+        self.norm, self.norm_first = _Norm(residual.norm), residual.norm_first
+
+    def __call__(self, inputs: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return inputs + sublayer(self.norm(inputs))
+        return self.norm(inputs + sublayer(inputs))
+
+
+class _FeedForward:
+    """A plain or gated feed-forward module's equation with its weights (no dropout:
+    an evaluating model drops nothing)."""
+
+    def __init__(self, module: FeedForward | GatedFeedForward) -> None:
+        self.activation = ACTIVATIONS[module.activation]
+        self.gated = isinstance(module, GatedFeedForward)
+        if self.gated:
+            self.weights = (module.w_gate, module.w_up, module.w_down,
+                            module.b_gate, module.b_up, module.b_down)  # fmt: skip
+        else:
+            self.weights = (module.w1, module.b1, module.w2, module.b2)
+
+    def __call__(self, inputs: Tensor) -> Tensor:
+        if self.gated:
+            return gated_feed_forward(inputs, *self.weights, self.activation)
+        return feed_forward(inputs, *self.weights, self.activation)
+
+
+@dataclass
+class _LayerPlan:
+    """What one layer's cached step calls, read once per decoding: each residual
+    sublayer and the feed-forward (as equations with their weights, or the modules
+    themselves), each attention's variant."""
+
+    residuals: dict[str, Callable[[Tensor, Callable[[Tensor], Tensor]], Tensor]]
+    feed_forward: Callable[[Tensor], Tensor]
+    variant: AttentionVariant
+    cross_variant: AttentionVariant | None
+
+    @classmethod
+    def of(cls, layer: nn.Module, *, direct: bool) -> _LayerPlan:
+        """The plan of ``layer``: its modules' equations called directly where
+        ``direct`` and the module is exactly a kind known here (a subclass may
+        compute something else), else the modules."""
+        residuals = {}
+        for name in _RESIDUALS:
+            residual = getattr(layer, name, None)
+            if residual is None:
+                continue
+            known = type(residual) is Residual and type(residual.norm) in _NORMS
+            residuals[name] = _Residual(residual) if direct and known else residual
+        feed_forward = layer.feed_forward
+        if direct and type(feed_forward) in _FEED_FORWARDS:
+            feed_forward = _FeedForward(feed_forward)
+        cross = getattr(layer, "cross_attention", None)
+        return cls(
+            residuals, feed_forward, layer.self_attention.variant(),
+            None if cross is None else cross.variant(),
+        )  # fmt: skip
+
+
+_RESIDUALS = ("attention_residual", "self_attention_residual",
+              "cross_attention_residual", "feed_forward_residual")  # fmt: skip
+_NORMS = (LayerNorm, RMSNorm)
+_FEED_FORWARDS = (FeedForward, GatedFeedForward)
+
+
+# --8<-- [end:plan]
 
 
 # --8<-- [start:IncrementalDecoder]
@@ -171,6 +277,7 @@ class IncrementalDecoder:
         )
         self.layers = list(layers)
         self.caches = [_LayerCache() for _ in self.layers]
+        self.plans = [_LayerPlan.of(layer, direct=True) for layer in self.layers]
         self.length = 0
         self.window = getattr(getattr(model, "config", None), "window", None)
         if cache:
@@ -246,8 +353,12 @@ class IncrementalDecoder:
         return self._layers_and_output(hidden, mask, offset)
 
     def _layers_and_output(self, hidden: Tensor, mask: Tensor | None, offset) -> Tensor:
-        for layer, entry in zip(self.layers, self.caches, strict=True):
-            hidden = self._layer(layer, entry, hidden, mask, offset)
+        # the modules' own forward while the model trains (dropout) or a recording
+        # or edit is open (their taps); else their equations, called directly
+        direct = not self.model.training and tapping() is None
+        plans = self.plans if direct else [None] * len(self.layers)
+        for layer, plan, entry in zip(self.layers, plans, self.caches, strict=True):
+            hidden = self._layer(layer, plan, entry, hidden, mask, offset)
         stack = self.model.stacks.decoder if self.encoder_decoder else self.model.blocks
         if stack.norm is not None:
             hidden = stack.norm(hidden)
@@ -301,9 +412,14 @@ class IncrementalDecoder:
 
     # --8<-- [end:remember_window]
 
-    def _layer(self, layer, entry: _LayerCache, hidden, mask, offset):
+    def _layer(self, layer, plan: _LayerPlan | None, entry: _LayerCache, hidden, mask,
+               offset):  # fmt: skip
+        """One layer's cached step: the plan's equations, or the modules (None)."""
+        attention = layer.self_attention
+        if plan is None:
+            plan = _LayerPlan.of(layer, direct=False)
+
         def self_attend(x: Tensor) -> Tensor:
-            attention = layer.self_attention
             if entry.w_qkv is None:
                 heads = project_qkv(x, x, attention.named_weights())
             else:
@@ -312,29 +428,32 @@ class IncrementalDecoder:
                 )
             # new queries and keys both sit at offset...: the cache keeps the keys
             # transformed (rotated) at their own positions
-            positions = attention.position_scheme()
-            queries = positions.rotate(heads.queries, offset)
+            queries = plan.variant.positions.rotate(heads.queries, offset)
             keys, values, seen_mask = self._remember(
-                entry, positions.rotate(heads.keys, offset), heads.values, offset, mask
-            )
+                entry, plan.variant.positions.rotate(heads.keys, offset), heads.values,
+                offset, mask,
+            )  # fmt: skip
             # the queries' position counted from the first key they see (the window's)
             return _cached_attention(
                 attention, Heads(queries, keys, values), seen_mask,
-                offset - entry.first,
+                plan.variant, offset - entry.first,
             )  # fmt: skip
 
         def cross_attend(x: Tensor) -> Tensor:
-            attention = layer.cross_attention
-            queries = project_heads(x, attention.w_q, attention.b_q)
+            cross = layer.cross_attention
+            queries = project_heads(x, cross.w_q, cross.b_q)
             heads = Heads(queries, entry.memory_keys, entry.memory_values)
-            return _cached_attention(attention, heads, self.source_mask, 0)
+            return _cached_attention(
+                cross, heads, self.source_mask, plan.cross_variant, 0
+            )
 
+        residuals = plan.residuals
         if self.encoder_decoder:
-            hidden = layer.self_attention_residual(hidden, self_attend)
-            hidden = layer.cross_attention_residual(hidden, cross_attend)
-            return layer.feed_forward_residual(hidden, layer.feed_forward)
-        hidden = layer.attention_residual(hidden, self_attend)
-        return layer.feed_forward_residual(hidden, layer.feed_forward)
+            hidden = residuals["self_attention_residual"](hidden, self_attend)
+            hidden = residuals["cross_attention_residual"](hidden, cross_attend)
+        else:
+            hidden = residuals["attention_residual"](hidden, self_attend)
+        return residuals["feed_forward_residual"](hidden, plan.feed_forward)
 
 
 # --8<-- [end:IncrementalDecoder]
