@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from einops import rearrange
 from torch import Tensor
@@ -106,7 +107,11 @@ class GGUFCheckpoint:
         shape = tuple(int(size) for size in reversed(stored.shape))
         tensor = torch.empty(shape)
         rows = tensor.reshape(-1, shape[-1])  # allow-raw: a view to fill row by row
-        raw = stored.data.reshape(rows.shape[0], -1)  # allow-raw: the rows' bytes
+        # read with a plain file read, not through gguf's memory map: the map's
+        # pages would stay resident beside the model (98 MB for SmolLM2)
+        raw = np.fromfile(
+            self.path, dtype=np.uint8, count=stored.n_bytes, offset=stored.data_offset
+        ).reshape(rows.shape[0], -1)  # allow-raw: the rows' bytes
         # a few rows at a time, so dequantising never holds a second full copy
         for start in range(0, rows.shape[0], _ROWS):
             try:
@@ -116,7 +121,7 @@ class GGUFCheckpoint:
                     f"GGUF tensor {stored.name!r} has type {kind.name}, which the "
                     "gguf package cannot dequantise"
                 ) from None
-            rows[start : start + _ROWS] = torch.from_numpy(values.copy())
+            rows[start : start + _ROWS] = torch.from_numpy(values)
         heads = self._interleaved_heads(name)
         if heads is not None:
             tensor = rearrange(
@@ -249,7 +254,7 @@ def from_gguf(
     checkpoint = path if isinstance(path, GGUFCheckpoint) else read_gguf(path)
     return convert_checkpoint(
         checkpoint.config, set(checkpoint.tensors), checkpoint.tensor,
-        dtype=torch.float32, fused_attention=fused_attention,
+        dtype=torch.float32, fused_attention=fused_attention, empty=True,
     )  # fmt: skip
 
 

@@ -446,6 +446,22 @@ def _fit(name: _Name, tensor: Tensor, ours: list[Tensor]) -> list[Tensor]:
     return [converted] if len(ours) == 1 else list(converted)
 
 
+def _places(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
+    """Where each parameter lives: (module, attribute) pairs, several when tied."""
+    places: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for attribute, parameter in module.named_parameters(recurse=False):
+            places.setdefault(id(parameter), []).append((module, attribute))
+    return places
+
+
+def _assign(places: dict, old: nn.Parameter, value: Tensor) -> None:
+    """Make ``value`` the parameter wherever ``old`` was (tied places included)."""
+    new = nn.Parameter(value, requires_grad=old.requires_grad)
+    for module, attribute in places.pop(id(old)):
+        setattr(module, attribute, new)
+
+
 def _parameters(model: nn.Module, name: _Name) -> list[Tensor]:
     parameters = dict(model.named_parameters(remove_duplicate=False))
     return [parameters[o] for o in name.ours]
@@ -520,16 +536,17 @@ def convert_checkpoint(
     Each tensor is fetched, converted and copied before the next, so a checkpoint
     read lazily (a GGUF file's quantised tensors) never lies in memory whole beside
     the model. Missing, unknown and misfit tensors raise ValueError naming them.
-    ``empty=True`` builds the model without initialising it (its weights all come
-    from the checkpoint; a test checks the table covers every parameter), which
-    saves the time and memory of a random initialisation.
+    ``empty=True`` builds the model on PyTorch's meta device (no memory, no random
+    initialisation) and makes each converted tensor the parameter itself rather
+    than copying it, so loading holds one copy of the weights, not two; tied
+    parameters stay one, and a parameter the table leaves unset is a ValueError.
     """
     family = family_of(config)
     with torch.device("meta" if empty else "cpu"):
         ours = family.build(dict(config), available, fused_attention)
-    if empty:
-        ours = ours.to_empty(device="cpu")
     ours = ours.to(dtype).eval()
+    if empty and next(ours.buffers(), None) is not None:
+        raise ValueError("empty=True builds only models without buffers")
     names = family.names(ours)
     expected = {name.theirs for name in names}
     if missing := sorted(expected - available):
@@ -540,12 +557,18 @@ def convert_checkpoint(
             raise ValueError(f"checkpoint tensor {name!r} is not {tied_to!r}")
     if unknown := sorted(available - expected - set(repeated)):
         raise ValueError(f"checkpoint tensor {unknown[0]!r} has no named counterpart")
+    places = _places(ours)
     with torch.no_grad():
         for name in names:
             targets = _parameters(ours, name)
             converted = _fit(name, fetch(name.theirs), targets)
             for target, value in zip(targets, converted, strict=True):
-                target.copy_(value)
+                if empty:
+                    _assign(places, target, value.to(dtype).contiguous())
+                else:
+                    target.copy_(value)
+    if unset := [name for name, p in ours.named_parameters() if p.is_meta]:
+        raise ValueError(f"the checkpoint leaves {unset[0]!r} unset")
     return ours
 
 # --8<-- [end:from_huggingface]
