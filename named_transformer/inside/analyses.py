@@ -30,17 +30,23 @@ $$\text{induction}_h = \frac{1}{|Q|} \sum_{j \in Q} A_h[j, j - T + 1], \qquad
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from einops import einsum, rearrange, reduce
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.inside.recording import Named, Record
+from named_transformer.models.generator import log_probabilities
 
 __all__ = [
     "direct_logit_attribution",
+    "head_attribution",
+    "induction_score",
     "induction_scores",
+    "lens",
     "logit_lens",
     "previous_token_scores",
     "repeated_tokens",
@@ -84,15 +90,30 @@ def _readout(model: nn.Module) -> tuple[str, nn.Module | None, nn.Module]:
 
 
 # --8<-- [start:logit_lens]
+@checked
+def lens(
+    stream: Float[Tensor, "*batch seq layer"],
+    norm: Callable[[Tensor], Tensor] | None,
+    unembedding: Float[Tensor, "vocab layer"],
+    bias: Float[Tensor, " vocab"] | None = None,
+) -> Float[Tensor, "*batch seq vocab"]:
+    r"""The residual stream $X$ read as if the model stopped there:
+
+    $$\nfun{vocab}{log\,softmax}\big(E' \ndot{layer} \text{Norm}(X) + b\big),$$
+
+    ``norm`` the final norm (None: a post-norm stack, read as it is), ``unembedding``
+    the generator's table $E'$, ``bias`` its $b$."""
+    normalised = stream if norm is None else norm(stream)
+    return log_probabilities(normalised, unembedding, bias)
+
+
 def logit_lens(model: nn.Module, found: Record) -> Named:
-    r"""$\nfun{vocab}{log\,softmax}(E' \ndot{layer} \text{Norm}(X^l))$ for every
-    $X^l$ of :func:`residual_stream` (``layers *batch seq vocab``): what the model
-    would predict if it stopped before layer $l$. A post-norm stack has no final
-    norm: its stream is read as it is."""
+    r""":func:`lens` of every $X^l$ of :func:`residual_stream` (``layers *batch seq
+    vocab``): what the model would predict if it stopped before layer $l$."""
     prefix, norm, generator = _readout(model)
-    stream = residual_stream(found, prefix)
-    normalised = stream.tensor if norm is None else norm(stream.tensor)
-    return Named(generator(normalised), "layers *batch seq vocab")
+    stream = residual_stream(found, prefix).tensor
+    read = lens(stream, norm, generator.table, generator.bias)
+    return Named(read, "layers *batch seq vocab")
 
 
 # --8<-- [end:logit_lens]
@@ -100,11 +121,41 @@ def logit_lens(model: nn.Module, found: Record) -> Named:
 
 # --8<-- [start:direct_logit_attribution]
 @checked
+def head_attribution(
+    contributions: Float[Tensor, "*batch heads seq layer"],
+    final: Float[Tensor, "*batch seq layer"],
+    directions: Float[Tensor, "*batch seq layer"],
+    gain: Float[Tensor, " layer"],
+    eps: float,
+    centre: bool = True,
+) -> Float[Tensor, "*batch heads seq"]:
+    r"""$\text{DLA}_h$: each head's contribution $c_h$ through the final norm, whose
+    divisor $\sigma$ is read from the final stream $X^L$ (``final``), onto the
+    unembedding row $E'_t$ of each position's token (``directions``):
+
+    $$\text{DLA}_h = E'_t \ndot{layer}
+      \frac{c_h - \nfun{layer}{mean} c_h}{\sigma(X^L)} \odot \gamma,$$
+
+    LayerNorm (``centre``): $\sigma = \sqrt{\nfun{layer}{var} X^L + \epsilon}$;
+    RMSNorm (``centre=False``): no centring, and
+    $\sigma = \sqrt{\nfun{layer}{mean} (X^L)^2 + \epsilon}$."""
+    if centre:
+        contributions = contributions - reduce(contributions, "... layer -> ... 1",
+                                               "mean")  # fmt: skip
+        final = final - reduce(final, "... layer -> ... 1", "mean")
+    sigma = (reduce(final * final, "... layer -> ... 1", "mean") + eps).sqrt()
+    scaled = contributions / rearrange(sigma, "... seq 1 -> ... 1 seq 1") * gain
+    return einsum(scaled, directions,
+                  "... heads seq layer, ... seq layer -> ... heads seq")  # fmt: skip
+
+
+@checked
 def direct_logit_attribution(
     model: nn.Module, found: Record, tokens: Int[Tensor, "*batch seq"]
 ) -> Named:
-    r"""$\text{DLA}_{l,h}$ of every head to the logit of ``tokens`` at every position
-    (``layers heads *batch seq``); ``tokens`` is usually the next token.
+    r""":func:`head_attribution` of every head of every layer to the logit of
+    ``tokens`` at every position (``layers heads *batch seq``); ``tokens`` is usually
+    the next token.
 
     Needs pre-norm blocks, so that each head's contribution reaches the final norm
     unchanged, and every layer's ``contributions`` recorded.
@@ -116,23 +167,19 @@ def direct_logit_attribution(
             "every later layer's norm rescales a head's contribution"
         )
     parts = found.stack(f"{prefix}.layers.{{}}.self_attention.contributions").tensor
+    layers = len(parts)
+    heads = rearrange(parts, "layers ... heads seq layer -> ... (layers heads) seq "
+                      "layer")  # fmt: skip
     final = residual_stream(found, prefix).tensor[-1]  # X^L, *batch seq layer
-    if norm is None:
-        scaled = parts
-    elif hasattr(norm, "beta"):  # LayerNorm: centre, divide by sigma, times gamma
-        centred = parts - reduce(parts, "... layer -> ... 1", "mean")
-        deviation = final - reduce(final, "... layer -> ... 1", "mean")
-        variance = reduce(deviation * deviation, "... layer -> ... 1", "mean")
-        sigma = rearrange((variance + norm.eps).sqrt(), "... seq 1 -> ... 1 seq 1")
-        scaled = centred / sigma * norm.gamma
-    else:  # RMSNorm: divide by the root mean square, times the gain
-        rms = (reduce(final * final, "... layer -> ... 1", "mean") + norm.eps).sqrt()
-        scaled = parts / rearrange(rms, "... seq 1 -> ... 1 seq 1") * norm.gamma
     directions = generator.table[tokens]  # E'_t: *batch seq layer
-    shares = einsum(scaled, directions, "layers ... heads seq layer, ... seq layer "
-                    "-> layers ... heads seq")  # fmt: skip
-    return Named(rearrange(shares, "layers ... heads seq -> layers heads ... seq"),
-                 "layers heads *batch seq")  # fmt: skip
+    if norm is None:  # no final norm: the contributions reach the unembedding as such
+        shares = einsum(heads, directions, "... heads seq layer, ... seq layer -> "
+                        "... heads seq")  # fmt: skip
+    else:  # a LayerNorm has a shift beta and centres; an RMSNorm does neither
+        shares = head_attribution(heads, final, directions, norm.gamma, norm.eps,
+                                  centre=hasattr(norm, "beta"))  # fmt: skip
+    return Named(rearrange(shares, "... (layers heads) seq -> layers heads ... seq",
+                           layers=layers), "layers heads *batch seq")  # fmt: skip
 
 
 # --8<-- [end:direct_logit_attribution]
@@ -159,30 +206,49 @@ def repeated_tokens(
 
 
 # --8<-- [start:induction_scores]
-def _diagonal_score(weights: Named, offset: int, queries: range) -> Named:
-    """The mean weight of each head on key ``j + offset`` over the queries ``j``."""
-    table = weights.to("layers heads *batch seq_q seq")
-    seq_q, seq = table.shape[-2], table.shape[-1]
-    j = rearrange(torch.arange(seq_q, device=table.device), "seq_q -> seq_q 1")
-    i = rearrange(torch.arange(seq, device=table.device), "seq -> 1 seq")
+def _diagonal(weights: Tensor, offset: int, queries: range) -> Tensor:
+    """Each head's mean weight on key ``j + offset`` over the queries ``j``
+    (``*batch heads seq_q seq`` -> ``*batch heads``)."""
+    seq_q, seq = weights.shape[-2], weights.shape[-1]
+    j = rearrange(torch.arange(seq_q, device=weights.device), "seq_q -> seq_q 1")
+    i = rearrange(torch.arange(seq, device=weights.device), "seq -> 1 seq")
     chosen = (i == j + offset) & (j >= queries.start) & (j < queries.stop)
-    picked = einsum(
-        table,
-        chosen.to(table.dtype),
-        "layers heads ... seq_q seq, seq_q seq -> layers heads ...",
-    )
-    scores = reduce(picked, "layers heads ... -> layers heads", "mean")
-    return Named(scores / len(queries), "layers heads")
+    chosen = chosen.to(weights.dtype)
+    picked = einsum(weights, chosen, "... seq_q seq, seq_q seq -> ...")
+    return picked / len(queries)
+
+
+@checked
+def induction_score(
+    weights: Float[Tensor, "*batch heads seq_q seq"], period: int, start: int = 0
+) -> Float[Tensor, "*batch heads"]:
+    r"""$\text{induction}_h$ of weights on :func:`repeated_tokens`: each head's mean
+    weight on key $j - T + 1$ (the token after the query's earlier occurrence) over the
+    queries $j$ of the second copy, $\text{start} + T \le j < \text{start} + 2T$
+    ($T$ = ``period``; the first copy starts at position ``start``)."""
+    if period < 1 or start < 0 or start + 2 * period > weights.shape[-2]:
+        raise ValueError(
+            f"two copies of period {period} from position {start} need "
+            f"{start + 2 * period} queries, the weights have {weights.shape[-2]}"
+        )
+    return _diagonal(weights, 1 - period, range(start + period, start + 2 * period))
+
+
+def _mean_over_batch(scores: Tensor) -> Named:
+    """``layers *batch heads`` -> ``layers heads``, the mean over the sequences."""
+    return Named(reduce(scores, "layers ... heads -> layers heads", "mean"),
+                 "layers heads")  # fmt: skip
 
 
 def induction_scores(
     found: Record, period: int, *, start: int = 0, template: str = WEIGHTS
 ) -> Named:
-    r"""$\text{induction}_h$ of every head (``layers heads``) from its recorded
-    weights on :func:`repeated_tokens` of period $T$ = ``period``, the first copy
-    starting at position ``start`` (after a ``[CLS]`` or BOS token, 1)."""
-    queries = range(start + period, start + 2 * period)
-    return _diagonal_score(found.stack(template), 1 - period, queries)
+    r""":func:`induction_score` of every head (``layers heads``, the mean over the
+    sequences) from its recorded weights on :func:`repeated_tokens` of period $T$ =
+    ``period``, the first copy starting at position ``start`` (after a ``[CLS]`` or
+    BOS token, 1)."""
+    weights = found.stack(template).to("layers *batch heads seq_q seq")
+    return _mean_over_batch(induction_score(weights, period, start))
 
 
 def previous_token_scores(
@@ -190,8 +256,9 @@ def previous_token_scores(
 ) -> Named:
     r"""$\text{previous}_h$ of every head (``layers heads``): its mean weight on the
     key just before each query, over the queries after position ``start``."""
-    weights = found.stack(template)
-    return _diagonal_score(weights, -1, range(start + 1, weights.tensor.shape[-2]))
+    weights = found.stack(template).to("layers *batch heads seq_q seq")
+    queries = range(start + 1, weights.shape[-2])
+    return _mean_over_batch(_diagonal(weights, -1, queries))
 
 
 # --8<-- [end:induction_scores]
