@@ -63,12 +63,16 @@ def has_notebook(page_uri: str, markdown: str) -> bool:
 def _snippet(spec: str) -> list[str]:
     """The lines pymdownx.snippets includes for ``path`` or ``path:section``."""
     path, _, section = spec.partition(":")
+    if not (_ROOT / path).is_file():  # pymdownx.snippets reports it (check_paths)
+        return [f'--8<-- "{spec}"']
     lines = (_ROOT / path).read_text().splitlines()
     if not section:
         return lines
-    start = next(i for i, line in enumerate(lines) if f"[start:{section}]" in line)
-    end = next(i for i, line in enumerate(lines) if f"[end:{section}]" in line)
-    return textwrap.dedent("\n".join(lines[start + 1 : end])).splitlines()
+    starts = [i for i, line in enumerate(lines) if f"[start:{section}]" in line]
+    ends = [i for i, line in enumerate(lines) if f"[end:{section}]" in line]
+    if not starts or not ends:
+        return [f'--8<-- "{spec}"']
+    return textwrap.dedent("\n".join(lines[starts[0] + 1 : ends[0]])).splitlines()
 
 
 def _site_link(match: re.Match[str]) -> str:
