@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from einops import rearrange
+from einops import einsum, rearrange
 from jaxtyping import Bool, Float, Int  # noqa: F401 - the copied annotations use them
 from torch import Tensor  # noqa: F401
 
@@ -878,6 +878,83 @@ def _(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o):
     return _step(inputs, cached_keys, cached_values, w_q, w_k, w_v, w_o,
                  _offset_causal, _naive_softmax)  # fmt: skip
 
+
+
+# --- look inside: induction score, logit lens, per-head direct logit attribution ----
+def _key_score(weights, offset, queries):
+    """The mean weight on key j + offset over the queries j (a learner's loop)."""
+    picked = [weights[..., j, j + offset] for j in queries]
+    return rearrange(picked, "j ... -> ... j").mean(-1)
+
+
+@wrong("induction_score", "key j - T: the query's own token's earlier occurrence",
+       "that is key j - T, the earlier occurrence")  # fmt: skip
+def _(weights, period, start=0):
+    return _key_score(weights, -period, range(start + period, start + 2 * period))
+
+
+@wrong("induction_score", "averaged over the queries of both copies",
+       "differs from the mean weight on key j - T + 1")  # fmt: skip
+def _(weights, period, start=0):
+    queries = range(start + period - 1, start + 2 * period)  # j - T + 1 >= start
+    return _key_score(weights, 1 - period, queries)
+
+
+@wrong("induction_score", "the first query of the second copy left out",
+       "differs from the mean weight on key j - T + 1")  # fmt: skip
+def _(weights, period, start=0):
+    queries = range(start + period + 1, start + 2 * period)
+    return _key_score(weights, 1 - period, queries)
+
+
+def _lens(stream, norm, unembedding, bias, read=torch.log_softmax, axis=-1):
+    normalised = stream if norm is None else norm(stream)
+    logits = einsum(normalised, unembedding, "... layer, vocab layer -> ... vocab")
+    return read(logits if bias is None else logits + bias, axis)
+
+
+@wrong("lens", "the final norm not applied", "the final norm is not applied")
+def _(stream, norm, unembedding, bias=None):
+    return _lens(stream, None, unembedding, bias)
+
+
+@wrong("lens", "the softmax, not its log", "probabilities, not log-probabilities")
+def _(stream, norm, unembedding, bias=None):
+    return _lens(stream, norm, unembedding, bias, torch.softmax)
+
+
+@wrong("lens", "log softmax over the positions, not the vocabulary",
+       "differs from log softmax over vocab of E'·Norm(X) + b")  # fmt: skip
+def _(stream, norm, unembedding, bias=None):
+    return _lens(stream, norm, unembedding, bias, axis=-2)
+
+
+def _attribution(contributions, final, directions, gain, eps, centre, own=False):
+    if centre:
+        contributions = contributions - contributions.mean(-1, keepdim=True)
+        final = final - final.mean(-1, keepdim=True)
+    per_head = rearrange(final, "... seq layer -> ... 1 seq layer")
+    divided = contributions if own else per_head
+    sigma = (divided.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    scaled = contributions / sigma * gain
+    return einsum(scaled, directions, "... heads seq layer, ... seq layer -> "
+                  "... heads seq")  # fmt: skip
+
+
+@wrong("head_attribution", "LayerNorm's centring left out", "no centring")
+def _(contributions, final, directions, gain, eps, centre=True):
+    return _attribution(contributions, final, directions, gain, eps, False)
+
+
+@wrong("head_attribution", "each head divided by its own root mean square",
+       "each head normalised by its own root mean square")  # fmt: skip
+def _(contributions, final, directions, gain, eps, centre=True):
+    return _attribution(contributions, final, directions, gain, eps, centre, True)
+
+
+@wrong("head_attribution", "the gain left out", "the gain gamma is left out")
+def _(contributions, final, directions, gain, eps, centre=True):
+    return _attribution(contributions, final, directions, 1.0, eps, centre)
 
 def test_every_exercise_has_two_wrong_implementations_and_sixty_in_all():
     assert set(WRONG) == set(EXERCISES)

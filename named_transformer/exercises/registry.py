@@ -67,6 +67,7 @@ PAGES: dict[str, tuple[str, str]] = {
     "models/encoder-decoder.md": ("encoder_decoder.py",
                                   "The encoder-decoder Transformer"),
     "models/bahdanau.md": ("bahdanau.py", "Attention in seq2seq (Bahdanau)"),
+    "models/look-inside.md": ("look_inside.py", "Look inside a Transformer"),
     "workflows/decoding.md": ("decoding.py", "Decode: greedy, beam search, "
                               "sampling, and the key/value cache"),
 }  # fmt: skip
@@ -78,6 +79,7 @@ _ZOO = ("learn/scores.md", "the-zoo", "The zoo")
 _TRANSFORMER = ("learn/scores.md", "the-transformers-attention",
                 "The Transformer's attention")  # fmt: skip
 _NORM = ("learn/building-blocks.md", "layer-normalisation", "Layer normalisation")
+_INSIDE = "named_transformer.inside.analyses"
 _HEADS = ("models/multihead-attention.md", "the-named-equation", "The named equation")
 
 EXERCISES: dict[str, Exercise] = {
@@ -130,6 +132,13 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("bahdanau_attention", f"{_MODELS}.seq2seq", "models/bahdanau.md",
                  "the-decoder-a-context-per-output-position",
                  "The decoder: a context per output position"),
+        Exercise("induction_score", _INSIDE, "models/look-inside.md",
+                 "induction-heads-in-smollm2", "Induction heads in SmolLM2"),
+        Exercise("lens", _INSIDE, "models/look-inside.md",
+                 "the-logit-lens-on-the-dates-model",
+                 "The logit lens on the dates model"),
+        Exercise("head_attribution", _INSIDE, "models/look-inside.md",
+                 "analyses-as-named-equations", "Analyses as named equations"),
         Exercise("cached_self_attention", "named_transformer.decoding.step",
                  "workflows/decoding.md", "the-keyvalue-cache",
                  "The key/value cache"),

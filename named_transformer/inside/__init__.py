@@ -4,7 +4,10 @@ scores, activation patching)."""
 
 from named_transformer.inside.analyses import (
     direct_logit_attribution,
+    head_attribution,
+    induction_score,
     induction_scores,
+    lens,
     logit_lens,
     previous_token_scores,
     repeated_tokens,
@@ -31,7 +34,10 @@ __all__ = [
     "ablate",
     "direct_logit_attribution",
     "edit",
+    "head_attribution",
+    "induction_score",
     "induction_scores",
+    "lens",
     "logit_lens",
     "patch",
     "patching_grid",

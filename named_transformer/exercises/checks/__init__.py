@@ -33,6 +33,7 @@ from named_transformer.exercises.checks import (
     building_blocks,
     decoding,
     encoder_decoder,
+    look_inside,
     masks,
     multihead_attention,
     notation,
@@ -46,7 +47,7 @@ __all__ = ["CHECKS", "DTYPE", "TOLERANCE", "Check"]
 
 _PAGES: tuple[ModuleType, ...] = (
     notation, soft_dictionary, basic_self_attention, scores, masks, building_blocks,
-    multihead_attention, positions, encoder_decoder, bahdanau, decoding,
+    multihead_attention, positions, encoder_decoder, bahdanau, look_inside, decoding,
 )  # fmt: skip
 
 CHECKS: dict[str, tuple[Check, ...]] = {
