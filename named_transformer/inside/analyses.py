@@ -1,5 +1,8 @@
-r"""Analyses as named equations, each a few lines on top of :func:`~named_transformer.
-inside.record.record` and :func:`~named_transformer.inside.recording.edit`.
+r"""Analyses as named equations, each a few lines on top of
+:func:`~named_transformer.inside.recording.record` and
+:func:`~named_transformer.inside.recording.edit`; the equations themselves are tensor
+functions (:func:`lens`, :func:`head_attribution`, :func:`induction_score`), which the
+exercises of the page "Look inside a Transformer" ask for.
 
 **Logit lens** (nostalgebraist 2020): read the residual stream $X^l$ entering layer
 $l$ (and the last layer's output) through the final norm and the unembedding, as if
