@@ -16,7 +16,14 @@ import time
 import torch
 
 import named_transformer as nt
-from benchmarks import attention_core, decoding, inside, modules, pretrained
+from benchmarks import (
+    attention_core,
+    decoding,
+    inside,
+    modules,
+    pretrained,
+    smollm2,
+)
 from benchmarks.common import matmul_peak_gflops
 
 
@@ -58,6 +65,7 @@ def main() -> None:
         print(attention_core.crossover(args.quick))
         print(attention_core.default_vs_pytorch(args.quick))
     print(decoding.step_breakdown(args.quick))
+    print(smollm2.smollm2(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 
