@@ -317,34 +317,62 @@ _PARTS = [
     "cache write",
     "attention over the cache, W^O",
     "feed-forward",
+    "norms",
     "logits, log-softmax",
 ]
+_REST = "the rest: embedding, positions, residual sums, Python"
 
 
-def _timed_decoding(model, prompt, tokens: int) -> dict[str, float]:
-    """One greedy decoding with the named cache, its time split into parts."""
+class _ThroughModules(IncrementalDecoder):
+    """The cached step before its plan: every residual sublayer, norm and feed-forward
+    called through its module (what the decoder still runs while a recording is
+    open)."""
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        self.plans = [None] * len(self.layers)
+
+
+_STEPS = {
+    "through the modules (before)": _ThroughModules,
+    "plan (now)": IncrementalDecoder,
+}
+
+
+def _timed_decoding(model, prompt, tokens: int, decoder) -> dict[str, float]:
+    """One greedy decoding with the named cache, its time split into parts (each
+    part's function wrapped by a timer, which adds its own small cost)."""
     from named_transformer.decoding import incremental
 
     with _Timers() as timers:
         timers.wrap(incremental, "stacked_projection", _PARTS[0])
         timers.wrap(IncrementalDecoder, "_remember", _PARTS[1])
         timers.wrap(incremental, "_cached_attention", _PARTS[2])
+        timers.wrap(incremental._FeedForward, "__call__", _PARTS[3])
+        timers.wrap(incremental._Norm, "__call__", _PARTS[4])
         for layer in model.blocks.layers:
             timers.wrap(layer.feed_forward, "forward", _PARTS[3])
-        timers.wrap(model.generator, "forward", _PARTS[4])
+            for residual in (layer.attention_residual, layer.feed_forward_residual):
+                timers.wrap(residual.norm, "forward", _PARTS[4])
+        timers.wrap(model.generator, "forward", _PARTS[5])
         start = time.perf_counter()
-        greedy(IncrementalDecoder(model), prompt, tokens)
+        greedy(decoder(model), prompt, tokens)
         total = time.perf_counter() - start
     parts = {part: timers.seconds.get(part, 0.0) for part in _PARTS}
-    parts["the rest: embedding, norms, residuals, Python"] = total - sum(parts.values())
-    parts["total"] = total
+    parts[_REST] = total - sum(parts.values())
+    parts["total, parts timed"] = total
     return parts
 
 
 def step_breakdown(quick: bool) -> str:
-    """17. Where the eager cached step's time goes: table 7's model and decoding,
-    the named cache's time per token split into its parts (the median of ``repeats``
-    decodings by total time), beside the PyTorch-primitives step's total."""
+    """17. Where the eager cached step's time goes: table 7's model and decoding, the
+    named cache's time per token split into its parts, through the modules (as
+    before the plan) and with the plan (the default), beside the PyTorch-primitives
+    step.
+
+    The parts come from decodings with a timer around each part (the median of
+    ``repeats`` by total time); the untimed totals and the ratios from separate
+    decodings of the three, interleaved (medians of ``repeats``)."""
     tokens, repeats = (16, 1) if quick else (256, 7)
     config = TransformerConfig(
         decoder_layers=2 if quick else 4,
@@ -356,36 +384,40 @@ def step_breakdown(quick: bool) -> str:
     torch.manual_seed(0)
     model = LanguageModel(100, config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
-    rows, threads_before = [], torch.get_num_threads()
-    columns = {}
+    threads_before = torch.get_num_threads()
+    columns: dict[str, dict[str, str]] = {}
     with nt.shape_checks(False), torch.no_grad():
         for threads in sorted({1, threads_before}):
             torch.set_num_threads(threads)
-            greedy(IncrementalDecoder(model), prompt, tokens)  # warm-up
-            named, reference = [], []
+            runs = {
+                name: (lambda make=make: greedy(make(model), prompt, tokens))
+                for name, make in _STEPS.items()
+            }
+            runs["primitives"] = lambda: greedy(
+                _PyTorchCachedStep(model, tokens), prompt, tokens
+            )
+            timed = {name: [] for name in _STEPS}
             for _ in range(repeats):  # interleaved
-                named.append(_timed_decoding(model, prompt, tokens))
-                step = _PyTorchCachedStep(model, tokens)
-                start = time.perf_counter()
-                greedy(step, prompt, tokens)
-                reference.append(time.perf_counter() - start)
-            named.sort(key=lambda parts: parts["total"])
-            columns[threads] = (named[len(named) // 2], sorted(reference))
+                for name, make in _STEPS.items():
+                    timed[name].append(_timed_decoding(model, prompt, tokens, make))
+            totals = {t.name: t for t in interleaved(runs, repeats, warmup=1)}
+            reference = totals["primitives"].median
+            for name in _STEPS:
+                ordered = sorted(
+                    timed[name], key=lambda parts: parts["total, parts timed"]
+                )
+                parts = ordered[len(ordered) // 2]
+                column = {k: f"{v / tokens * 1e6:.0f}" for k, v in parts.items()}
+                column["total, untimed"] = f"{totals[name].median / tokens * 1e6:.0f}"
+                column["PyTorch primitives: total"] = f"{reference / tokens * 1e6:.0f}"
+                column["named / primitives"] = f"{totals[name].median / reference:.2f}"
+                label = f"{threads} thread{'s' * (threads > 1)}"
+                columns[f"{label}, {name}"] = column
     torch.set_num_threads(threads_before)
-    for part in [*_PARTS, "the rest: embedding, norms, residuals, Python", "total"]:
-        row = [f"named: {part}"]
-        for parts, _ in columns.values():
-            row.append(f"{parts[part] / tokens * 1e6:.0f}")
-        rows.append(row)
-    rows.append(
-        ["PyTorch primitives: total"]
-        + [f"{ref[len(ref) // 2] / tokens * 1e6:.0f}" for _, ref in columns.values()]
-    )
-    rows.append(
-        ["named / primitives"]
-        + [f"{p['total'] / ref[len(ref) // 2]:.2f}" for p, ref in columns.values()]
-    )
-    header = ["µs per token"] + [f"{t} thread{'s' * (t > 1)}" for t in columns]
+    keys = [*_PARTS, _REST, "total, parts timed", "total, untimed",
+            "PyTorch primitives: total", "named / primitives"]  # fmt: skip
+    rows = [[key] + [column[key] for column in columns.values()] for key in keys]
+    header = ["µs per token", *columns]
     return table(
         f"17. Where the eager cached step's time goes: greedy decoding of {tokens} "
         f"tokens, batch 1 ({config.decoder_layers} layers, layer {config.layer}, "

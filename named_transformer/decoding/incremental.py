@@ -14,6 +14,18 @@ $W_{qkv}$, stacked once per decoding, the module's position part, and
 the same log-probabilities as recomputing the whole prefix (a test checks ≤ 1e-5). The
 cache keeps room to spare along $\mathsf{seq}$, so a step writes only its own keys and
 values.
+
+**The plan.** On one token, calling a module (its dispatch, its shape-check wrapper,
+its taps) costs about as much as the arithmetic inside it. So each layer's residual
+sublayers, norms and feed-forward are read once per decoding into a plan that calls
+their equations (:func:`~named_transformer.core.norm.layer_norm`,
+:func:`~named_transformer.core.norm.rms_norm`,
+:func:`~named_transformer.core.feedforward.feed_forward`,
+:func:`~named_transformer.core.feedforward.gated_feed_forward`) with the modules'
+weights. The same functions, fewer Python layers around them: the numbers are those of
+the modules. While the model trains (its dropout) or a recording or edit is open (the
+modules' taps), and for module kinds the plan does not know, the step calls the
+modules.
 """
 
 from __future__ import annotations
