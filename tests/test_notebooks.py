@@ -23,12 +23,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+nbformat = pytest.importorskip("nbformat", reason="nbformat (test extra) missing")
+pytest.importorskip("mkdocs", reason="mkdocs (docs extra) builds the notebooks")
 sys.path.insert(0, str(DOCS / "hooks"))
 from notebooks import has_notebook, notebook_uri, page_cells  # noqa: E402
 
 sys.path.remove(str(DOCS / "hooks"))
-
-nbformat = pytest.importorskip("nbformat", reason="nbformat (test extra) missing")
 
 PAGES = sorted(
     path.relative_to(DOCS).as_posix()
