@@ -25,10 +25,14 @@ from benchmarks.common import interleaved, ms, table
 PROMPT, NEW = 256, 128
 
 # Run in a fresh interpreter: the rise of the resident high-water mark over loading.
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over from the parent
+# through fork and exec, so a child of a large benchmark process would read the
+# parent's peak.
 _MEMORY = """
-import resource, sys
-import torch, gguf, named_transformer as nt
-def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+import re, torch, gguf, named_transformer as nt
+def peak():
+    status = open("/proc/self/status").read()
+    return int(re.search(r"VmHWM:\\s+(\\d+) kB", status)[1]) * 1024
 before = peak()
 chat = nt.load_smollm2()
 weights = sum(p.numel() * 4 for p in chat.model.parameters())
@@ -138,8 +142,8 @@ def smollm2(quick: bool) -> str:
         rise, weights = _peak_memory()
         result += (
             f"\n\nPeak memory of `load_smollm2()` in a fresh interpreter: the resident "
-            f"high-water mark rose {rise:.0f} MB, {rise / weights:.2f}× the "
-            f"{weights:.0f} MB of its float32 weights (target ≤ 1.5×)."
+            f"high-water mark rose {rise:.0f} MiB, {rise / weights:.2f}× the "
+            f"{weights:.0f} MiB of its float32 weights (target ≤ 1.5×)."
         )
     return result
 

@@ -71,7 +71,9 @@ def tiny_reference(kind: str = "llama", *, tied: bool = True, kv_heads: int = 2)
     return model.eval()
 
 
-def write_gguf(path, model, *, arch: str = "llama", qtype=Q.F32, extra=None) -> None:
+def write_gguf(
+    path, model, *, arch: str = "llama", qtype=Q.F32, extra=None, tensors=None
+) -> None:
     """``model`` as llama.cpp's converter writes it (Q and K rows interleaved for
     llama), with a byte-level tokenizer whose control token 0 ends a turn."""
     config = model.config
@@ -118,6 +120,8 @@ def write_gguf(path, model, *, arch: str = "llama", qtype=Q.F32, extra=None) -> 
                               raw_dtype=qtype)  # fmt: skip
         else:
             writer.add_tensor(theirs, array)
+    for name, array in (tensors or {}).items():
+        writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -157,8 +161,8 @@ def test_undoing_the_interleaving_is_what_makes_them_equal(tmp_path):
     path = tmp_path / "tiny.gguf"
     write_gguf(path, reference)
     checkpoint = read_gguf(path)
-    stored = checkpoint.tensors["layers.0.self_attn.q_proj.weight"]
-    raw = torch.from_numpy(np.array(stored.data))
+    stored = checkpoint.stored_bytes("layers.0.self_attn.q_proj.weight")
+    raw = torch.from_numpy(stored.copy()).view(torch.float32)  # F32 rows as stored
     ours = checkpoint.tensor("layers.0.self_attn.q_proj.weight")
     truth = reference.state_dict()["model.layers.0.self_attn.q_proj.weight"]
     assert torch.equal(ours, truth)
@@ -262,9 +266,7 @@ def test_a_tensor_type_gguf_cannot_dequantise_is_named(tmp_path):
     checkpoint = read_gguf(tmp_path / "q8k.gguf")
     stored = checkpoint.tensors["layers.0.mlp.up_proj.weight"]
     # the same bytes declared Q8_K, a type gguf's Python code does not dequantise
-    checkpoint.tensors["layers.0.mlp.up_proj.weight"] = stored._replace(
-        tensor_type=Q.Q8_K
-    )
+    checkpoint.tensors["layers.0.mlp.up_proj.weight"] = stored._replace(kind=Q.Q8_K)
     with pytest.raises(ValueError) as error:
         checkpoint.tensor("layers.0.mlp.up_proj.weight")
     assert one_line(error) == (
@@ -274,25 +276,8 @@ def test_a_tensor_type_gguf_cannot_dequantise_is_named(tmp_path):
 
 
 def test_a_tensor_with_no_counterpart_is_named(tmp_path):
-    path = tmp_path / "extra.gguf"
-    reference = tiny_reference()
-    write_gguf(path, reference)
-    writer = gguf.GGUFWriter(str(tmp_path / "more.gguf"), "llama")
-    checkpoint = read_gguf(path)
-    for key, value in checkpoint.metadata.items():
-        field = checkpoint.fields[key]
-        writer.add_key_value(key, value, gguf.GGUFValueType(field.types[0]),
-                             sub_type=(gguf.GGUFValueType(field.types[-1])
-                                       if len(field.types) > 1 else None))  # fmt: skip
-    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
-        field = checkpoint.fields[key]
-        writer.add_key_value(key, checkpoint.array(key), gguf.GGUFValueType.ARRAY,
-                             sub_type=gguf.GGUFValueType(field.types[-1]))  # fmt: skip
-    writer.add_tensor("rope_freqs.weight", np.ones(4, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    extra = {"rope_freqs.weight": np.ones(4, dtype=np.float32)}
+    write_gguf(tmp_path / "more.gguf", tiny_reference(), tensors=extra)
     with pytest.raises(ValueError) as error:
         nt.from_gguf(tmp_path / "more.gguf")
     assert one_line(error) == "GGUF tensor 'rope_freqs.weight' has no named counterpart"

@@ -26,10 +26,12 @@ are.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -39,7 +41,7 @@ from torch import Tensor
 from named_transformer.interop.huggingface import convert_checkpoint
 from named_transformer.models.language_model import LanguageModel
 
-__all__ = ["GGUFCheckpoint", "from_gguf", "read_gguf"]
+__all__ = ["GGUFCheckpoint", "StoredTensor", "from_gguf", "read_gguf"]
 
 EXTRA = "pip install 'named_transformer[pretrained]'"
 ARCHITECTURES = ("llama", "qwen2")
@@ -65,7 +67,6 @@ _TENSORS = {
 }
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 _ROWS = 4096  # rows dequantised at once
-_LONG = 256  # metadata arrays longer than this are read on demand
 
 
 def _hugging_face_name(name: str) -> str:
@@ -77,23 +78,48 @@ def _hugging_face_name(name: str) -> str:
     return _TENSORS[pattern].format(i=layer[1] if layer else "")
 
 
+class StoredTensor(NamedTuple):
+    """Where and how a GGUF file stores one tensor (the file's own name, ggml's
+    type number, the shape rows first, its bytes and their offset in the file)."""
+
+    name: str
+    kind: int
+    shape: tuple[int, ...]
+    size: int
+    offset: int
+
+
 @dataclass(frozen=True)
 class GGUFCheckpoint:
-    """A GGUF file read: its metadata, its Hugging Face configuration and its tensors
-    (still quantised; :meth:`tensor` dequantises one)."""
+    """A GGUF file read: its metadata, its Hugging Face configuration and where its
+    tensors lie (still quantised; :meth:`tensor` reads and dequantises one).
+
+    Reading keeps no parser: ``gguf``'s reader holds every metadata entry as small
+    arrays (160 MB for SmolLM2's vocabulary), so its values are copied out as Python
+    values and the reader dropped before any weight is read.
+    """
 
     path: Path
-    # scalars, strings and short arrays; the tokenizer's long arrays: array()
-    metadata: Mapping[str, object]
+    metadata: Mapping[str, object]  # every field; arrays (the vocabulary) as lists
     config: Mapping[str, object]  # Hugging Face's names: model_type, hidden_size, ...
-    tensors: Mapping[str, object]  # Hugging Face name -> gguf's ReaderTensor
-    fields: Mapping[str, object]  # gguf's ReaderFields, read on demand
+    tensors: Mapping[str, StoredTensor]  # by Hugging Face name
 
     def array(self, key: str) -> list:
         """The metadata array ``key`` (``tokenizer.ggml.tokens``, ...) as a list."""
-        if key not in self.fields:
+        if key not in self.metadata:
             raise ValueError(f"GGUF metadata has no {key!r}")
-        return self.fields[key].contents()
+        return list(self.metadata[key])
+
+    def stored_bytes(self, name: str) -> np.ndarray:
+        """The bytes of tensor ``name`` as stored, one row of the matrix per row.
+
+        A plain file read, not a memory map: a map's pages would stay resident
+        beside the model (98 MB for SmolLM2)."""
+        stored = self.tensors[name]
+        raw = np.fromfile(
+            self.path, dtype=np.uint8, count=stored.size, offset=stored.offset
+        )
+        return raw.reshape(math.prod(stored.shape[:-1]), -1)  # allow-raw: rows
 
     def tensor(self, name: str) -> Tensor:
         """The tensor of Hugging Face name ``name``, dequantised to float32 by
@@ -102,16 +128,10 @@ class GGUFCheckpoint:
         from gguf.quants import dequantize
 
         stored = self.tensors[name]
-        kind = GGMLQuantizationType(stored.tensor_type)
-        # ggml lists the shape fastest axis first; the rows are the last entry
-        shape = tuple(int(size) for size in reversed(stored.shape))
-        tensor = torch.empty(shape)
-        rows = tensor.reshape(-1, shape[-1])  # allow-raw: a view to fill row by row
-        # read with a plain file read, not through gguf's memory map: the map's
-        # pages would stay resident beside the model (98 MB for SmolLM2)
-        raw = np.fromfile(
-            self.path, dtype=np.uint8, count=stored.n_bytes, offset=stored.data_offset
-        ).reshape(rows.shape[0], -1)  # allow-raw: the rows' bytes
+        kind = GGMLQuantizationType(stored.kind)
+        tensor = torch.empty(stored.shape)
+        rows = tensor.reshape(-1, stored.shape[-1])  # allow-raw: filled row by row
+        raw = self.stored_bytes(name)
         # a few rows at a time, so dequantising never holds a second full copy
         for start in range(0, rows.shape[0], _ROWS):
             try:
@@ -184,7 +204,7 @@ def _config(metadata: Mapping, tensors: Mapping[str, object]) -> dict:
         "rope_theta": float(field("rope.freq_base", 10000.0)),
         "rms_norm_eps": float(field("attention.layer_norm_rms_epsilon", 1e-6)),
         "max_position_embeddings": int(field("context_length", 2048)),
-        "vocab_size": int(field("vocab_size", embeddings and embeddings.shape[-1])),
+        "vocab_size": int(field("vocab_size", embeddings and embeddings.shape[0])),
         "tie_word_embeddings": "lm_head.weight" not in tensors,
         "hidden_act": "silu",
     }
@@ -218,8 +238,18 @@ def _metadata(reader) -> dict:
     return {
         key: field.contents()
         for key, field in reader.fields.items()
-        if not key.startswith("GGUF.") and len(field.data) <= _LONG
+        if not key.startswith("GGUF.")
     }
+
+
+def _stored(tensor) -> StoredTensor:
+    """What :meth:`GGUFCheckpoint.tensor` needs of gguf's ``ReaderTensor``: ggml
+    lists the shape fastest axis first, so the rows come last there."""
+    shape = tuple(int(size) for size in reversed(tensor.shape))
+    return StoredTensor(
+        tensor.name, int(tensor.tensor_type), shape, int(tensor.n_bytes),
+        int(tensor.data_offset),
+    )  # fmt: skip
 
 
 def read_gguf(path: str | Path) -> GGUFCheckpoint:
@@ -232,9 +262,9 @@ def read_gguf(path: str | Path) -> GGUFCheckpoint:
     path = Path(path)
     reader = _reader(path)
     metadata = _metadata(reader)
-    tensors = {_hugging_face_name(t.name): t for t in reader.tensors}
-    config = _config(metadata, tensors)
-    return GGUFCheckpoint(path, metadata, config, tensors, reader.fields)
+    tensors = {_hugging_face_name(t.name): _stored(t) for t in reader.tensors}
+    del reader  # its parsed fields are large; everything needed is copied out
+    return GGUFCheckpoint(path, metadata, _config(metadata, tensors), tensors)
 
 
 # --8<-- [start:from_gguf]
