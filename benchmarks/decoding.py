@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import named_transformer as nt
-from benchmarks.common import interleaved, table
+from benchmarks.common import Timing, interleaved, table
 from named_transformer.decoding import IncrementalDecoder, greedy
 from named_transformer.decoding.compiled import CompiledDecoder
 from named_transformer.interop.pytorch import to_torch
@@ -371,8 +371,8 @@ def step_breakdown(quick: bool) -> str:
     step.
 
     The parts come from decodings with a timer around each part (the median of
-    ``repeats`` by total time); the untimed totals and the ratios from separate
-    decodings of the three, interleaved (medians of ``repeats``)."""
+    ``repeats`` by total time); the untimed totals and the ratios from decodings
+    without timers (medians of ``repeats``), all of them interleaved."""
     tokens, repeats = (16, 1) if quick else (256, 7)
     config = TransformerConfig(
         decoder_layers=2 if quick else 4,
@@ -396,11 +396,18 @@ def step_breakdown(quick: bool) -> str:
             runs["primitives"] = lambda: greedy(
                 _PyTorchCachedStep(model, tokens), prompt, tokens
             )
+            for run in runs.values():  # warm-up
+                run()
             timed = {name: [] for name in _STEPS}
-            for _ in range(repeats):  # interleaved
+            untimed = {name: [] for name in runs}
+            for _ in range(repeats):  # all interleaved: timed parts, then untimed
                 for name, make in _STEPS.items():
                     timed[name].append(_timed_decoding(model, prompt, tokens, make))
-            totals = {t.name: t for t in interleaved(runs, repeats, warmup=1)}
+                for name, run in runs.items():
+                    start = time.perf_counter()
+                    run()
+                    untimed[name].append(time.perf_counter() - start)
+            totals = {name: Timing(name, seconds) for name, seconds in untimed.items()}
             reference = totals["primitives"].median
             for name in _STEPS:
                 ordered = sorted(
