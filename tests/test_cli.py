@@ -355,7 +355,7 @@ def test_command_modules_add_their_subcommands_in_order():
     text = cli.parser().format_help()
     listed = re.search(r"\{([a-z,]+)\}", text)[1].split(",")
     assert listed == ["train", "evaluate", "decode", "exercises", "embed",
-                      "attention", "export", "rasp"]  # fmt: skip
+                      "attention", "chat", "generate", "export", "rasp"]  # fmt: skip
     before = list(cli.COMMAND_MODULES)
     cli.register_commands("named_transformer.rasp.commands")  # already there
     assert cli.COMMAND_MODULES == before

