@@ -359,7 +359,6 @@ __all__ = [
     "ALiBi",
     "AttentionVariant",
     "AttentionWeights",
-    "Automatic",
     "Blockwise",
     "Fused",
     "Heads",
@@ -371,6 +370,8 @@ __all__ = [
     "multihead",
     "project_qkv",
     "register_positions",
+    # 0.6.0: the core chosen per call, look inside, GGUF files and SmolLM2
+    "Automatic",
     "Named",
     "Record",
     "ablate",
@@ -385,7 +386,7 @@ __all__ = [
     "repeated_tokens",
     "residual_stream",
 ]
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 
 def __getattr__(name: str) -> object:
