@@ -33,8 +33,10 @@ from typing import Any
 
 import torch
 from einops import rearrange
+from jaxtyping import Int
 from torch import Tensor
 
+from named_transformer.axes import checked
 from named_transformer.decoding.search import sample
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.language_model import LanguageModel
@@ -211,8 +213,13 @@ def _loss(model: LanguageModel, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, T
     return smoothed_cross_entropy(model(inputs), targets, ignore=-1, smoothing=0.0)
 
 
+@checked
 def bits_per_character(
-    model: LanguageModel, ids: Tensor, context: int, windows: int, batch_size: int = 32
+    model: LanguageModel,
+    ids: Int[Tensor, " seq"],
+    context: int,
+    windows: int,
+    batch_size: int = 32,
 ) -> float:
     """The mean next-token loss over ``windows`` evenly spaced windows of ``ids``, in
     bits per token (per character at level ``chars``)."""
