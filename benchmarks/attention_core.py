@@ -362,15 +362,15 @@ def default_vs_pytorch(quick: bool) -> str:
     ]
     header = [
         "seq",
-        "core chosen",
-        "nt.attention ms",
+        "core",
+        "named ms",
         "SDPA ms",
         "nt.attention / SDPA",
-        "nt.attention peak MiB",
-        "SDPA peak MiB",
+        "named MiB",
+        "SDPA MiB",
         "memory ratio",
-        "MultiHeadAttention ms",
-        "nn.MultiheadAttention ms",
+        "module ms",
+        "torch ms",
         "module / torch",
     ]
     return table(

@@ -227,6 +227,9 @@ def test_every_public_function_of_the_core_has_a_case():
         "rotary_frequencies",
         "rotary_angles",
         "alibi_slopes",
+        "automatic_block",  # the core's rule, from the sizes
+        "BLOCK",  # constants
+        "CROSSOVER",
     }  # no tensors
     missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"

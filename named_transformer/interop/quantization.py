@@ -5,11 +5,12 @@ A row of a weight matrix is cut into blocks of 32 weights. Each block keeps a sc
 $d$ (a float16) and, in Q4_1, a minimum $m$; each weight becomes a small integer $q$.
 Reading a weight back is one affine map per block:
 
-$$\text{Q4\_1:}\quad w_{\mathsf{weights}} = d\, q_{\mathsf{weights}} + m,
-  \quad q \in \{0, \dots, 15\};
-  \qquad
-  \text{Q8\_0:}\quad w_{\mathsf{weights}} = d\, q_{\mathsf{weights}},
-  \quad q \in \{-128, \dots, 127\}.$$
+$$\begin{aligned}
+  \text{Q4\_1:}\quad w_{\mathsf{weights}} &= d\, q_{\mathsf{weights}} + m,
+    && q \in \{0, \dots, 15\}; \\
+  \text{Q8\_0:}\quad w_{\mathsf{weights}} &= d\, q_{\mathsf{weights}},
+    && q \in \{-128, \dots, 127\}.
+\end{aligned}$$
 
 A Q4_1 block is 20 bytes: $d$, $m$, then 16 bytes each holding two 4-bit $q$ (the
 low half of byte $j$ is weight $j$, the high half weight $j + 16$): 5 bits per weight
