@@ -31,15 +31,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import torch
 from einops import rearrange
 from torch import Tensor
 
 from named_transformer.interop.huggingface import convert_checkpoint
 from named_transformer.models.language_model import LanguageModel
+
+if TYPE_CHECKING:  # numpy comes with gguf (the pretrained extra), not the core install
+    import numpy as np
 
 __all__ = ["GGUFCheckpoint", "StoredTensor", "from_gguf", "read_gguf"]
 
@@ -115,6 +117,8 @@ class GGUFCheckpoint:
 
         A plain file read, not a memory map: a map's pages would stay resident
         beside the model (98 MB for SmolLM2)."""
+        import numpy as np  # with gguf, in the pretrained extra
+
         stored = self.tensors[name]
         raw = np.fromfile(
             self.path, dtype=np.uint8, count=stored.size, offset=stored.offset
