@@ -22,7 +22,8 @@ QUESTION = "What is the capital of France?"
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     "def add(a, b):\n    return a + b  # sum\n\n\n",
-    "Ünïcödé: naïve café, 日本語, emoji 🚀 — and   runs of    spaces\t\ttabs",
+    "Ünïcödé: naïve café, 日本語, emoji 🚀 — and   runs of"
+    "    spaces\t\ttabs",
     "<|im_start|>user\nHi!<|im_end|>",
 ]
 
