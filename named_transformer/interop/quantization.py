@@ -33,6 +33,16 @@ __all__ = ["BLOCK", "dequantize_q4_1", "dequantize_q8_0"]
 BLOCK = 32  # weights per block
 
 
+def _blocks(raw: Tensor, size: int) -> Tensor:
+    """A row of bytes cut into its blocks of ``size`` bytes: rows blocks bytes."""
+    return rearrange(raw, "rows (blocks bytes) -> rows blocks bytes", bytes=size)
+
+
+def _rows(weights: Tensor) -> Tensor:
+    """The blocks' weights laid end to end again: rows (blocks weights)."""
+    return rearrange(weights, "rows blocks weights -> rows (blocks weights)")
+
+
 def _halves(raw: Tensor, start: int) -> Tensor:
     """The float16 stored at bytes ``start``, ``start`` + 1 of every block."""
     pair = raw[..., start : start + 2].contiguous()
@@ -45,13 +55,12 @@ def dequantize_q4_1(
     raw: UInt[Tensor, "rows bytes"],
 ) -> Float[Tensor, "rows columns"]:
     r"""$w = d\,q + m$ per block of 32: Q4_1's rows of bytes as float32 weights."""
-    blocks = rearrange(raw, "rows (blocks bytes) -> rows blocks bytes", bytes=20)
+    blocks = _blocks(raw, 20)
     scale, minimum = _halves(blocks, 0), _halves(blocks, 2)  # rows blocks 1
     packed = blocks[..., 4:]  # rows blocks pairs: two 4-bit q in each byte
     low, high = packed & 0x0F, packed >> 4
     q = rearrange([low, high], "two rows blocks pairs -> rows blocks (two pairs)")
-    weights = scale * q.float() + minimum
-    return rearrange(weights, "rows blocks weights -> rows (blocks weights)")
+    return _rows(scale * q.float() + minimum)
 
 
 # --8<-- [end:dequantize_q4_1]
@@ -63,11 +72,9 @@ def dequantize_q8_0(
     raw: UInt[Tensor, "rows bytes"],
 ) -> Float[Tensor, "rows columns"]:
     r"""$w = d\,q$ per block of 32: Q8_0's rows of bytes as float32 weights."""
-    blocks = rearrange(raw, "rows (blocks bytes) -> rows blocks bytes", bytes=34)
-    scale = _halves(blocks, 0)
+    blocks = _blocks(raw, 34)
     q = blocks[..., 2:].contiguous().view(torch.int8)  # allow-raw: signed bytes
-    weights = scale * q.float()
-    return rearrange(weights, "rows blocks weights -> rows (blocks weights)")
+    return _rows(_halves(blocks, 0) * q.float())
 
 
 # --8<-- [end:dequantize_q8_0]
