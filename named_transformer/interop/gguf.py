@@ -280,10 +280,10 @@ def from_gguf(
 
     The metadata becomes a Hugging Face configuration, and each tensor is
     dequantised by ``gguf``, un-interleaved (llama's $W^Q$, $W^K$) and copied into
-    the named weights before the next is read, so the peak memory stays near one
-    float32 copy of the model. Bad files raise ValueError in one line
-    (:func:`read_gguf`; ``path`` may be its result); so does a configuration the
-    named code does not implement.
+    the named weights before the next is read (benchmark table 18 measures the
+    peak memory of loading against one float32 copy of the model). Bad files raise
+    ValueError in one line (:func:`read_gguf`; ``path`` may be its result); so does
+    a configuration the named code does not implement.
     """
     checkpoint = path if isinstance(path, GGUFCheckpoint) else read_gguf(path)
     return convert_checkpoint(
