@@ -103,6 +103,10 @@ AXES: dict[str, Axis] = {
         r"\mathsf{three}",
         "query, key and value projections stacked in one matrix (GPT-2's c_attn)",
     ),
+    "parts": Axis(
+        r"\mathsf{parts}",
+        "the heads of W^Q, then of W^K and W^V, stacked in one W_qkv (any kv_heads)",
+    ),
     "types": Axis(
         r"\mathsf{types}", "token types (segments) of BERT's token-type table"
     ),

@@ -32,6 +32,7 @@ from named_transformer.models.multihead import (
     MultiHeadAttention,
     attend_grouped_heads,
     grouped_query_attention,
+    stacked_weights,
 )
 from named_transformer.models.transformer import Transformer
 
@@ -144,7 +145,7 @@ def test_module_values_weights_and_gradients_equal_repeating_k_and_v(kv_heads, c
     m = module(kv_heads, memory=MEMORY if cross else None)
     assert m.w_k.shape == (kv_heads, MEMORY if cross else LAYER, LAYER // HEADS)
     assert m.b_v.shape == (kv_heads, LAYER // HEADS)
-    assert not m._stackable  # no stacked W_qkv with fewer key heads: bypassed
+    assert m._stackable is (not cross)  # one W_qkv of (heads + 2 kv_heads) key rows
     inputs = torch.randn(B, SEQ_Q if cross else SEQ, LAYER, dtype=D, requires_grad=True)
     memory = torch.randn(B, SEQ, MEMORY, dtype=D, requires_grad=True) if cross else None
     mask = MASK if cross else nt.causal_mask(SEQ)
@@ -408,3 +409,17 @@ def test_model_kinds_keep_kv_heads(positions):
     model = build_model(spec)
     layers = [*model.stacks.encoder.layers, *model.stacks.decoder.layers]
     assert all(layer.self_attention.kv_heads == 1 for layer in layers)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 3])
+def test_stacked_w_qkv_of_grouped_weights_is_the_same_computation(kv_heads):
+    """The stacked W_qkv with fewer key/value heads, (heads + 2 kv_heads) key rows,
+    projects exactly what the three weights do, biases included."""
+    m = module(kv_heads)
+    x = torch.randn(B, SEQ, LAYER, dtype=D)
+    w_qkv, b_qkv = stacked_weights(m.named_weights())
+    assert w_qkv.shape == ((HEADS + 2 * kv_heads) * (LAYER // HEADS), LAYER)
+    heads = nt.stacked_projection(x, w_qkv, HEADS, b_qkv, kv_heads)
+    weights = ((m.w_q, m.b_q), (m.w_k, m.b_k), (m.w_v, m.b_v))
+    for got, (weight, bias) in zip(heads, weights, strict=True):
+        torch.testing.assert_close(got, nt.project_heads(x, weight, bias))

@@ -81,8 +81,9 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
     """The stacked W_qkv (and b_qkv) of a self-attention, one product per cached step.
 
     The weights do not change while decoding, so the stacking is paid once; each step
-    then projects the new tokens with one matrix product instead of three. (Not when
-    the three projections differ in shape: then they stay separate.)
+    then projects the new tokens with one matrix product instead of three, with any
+    number of key/value heads. (Not when values are narrower or wider than keys: then
+    the three stay separate.)
     """
     weights = attention.named_weights()
     if weights.stackable:
@@ -435,9 +436,9 @@ class IncrementalDecoder:
             if entry.w_qkv is None:
                 heads = project_qkv(x, x, attention.named_weights())
             else:
-                heads = Heads(
-                    *stacked_projection(x, entry.w_qkv, attention.heads, entry.b_qkv)
-                )
+                heads = Heads(*stacked_projection(
+                    x, entry.w_qkv, attention.heads, entry.b_qkv, attention.kv_heads
+                ))  # fmt: skip
             # new queries and keys both sit at offset...: the cache keeps the keys
             # transformed (rotated) at their own positions
             queries = plan.variant.positions.rotate(heads.queries, offset)

@@ -55,10 +55,13 @@ class AttentionWeights(NamedTuple):
     @property
     def stackable(self) -> bool:
         r"""Whether one stacked $W_{qkv}$ can replace the three projections of
-        self-attention: as many key/value heads as query heads, $|\mathsf{val}| =
-        |\mathsf{key}|$, all read from $\mathsf{layer}$, and all biases or none."""
+        self-attention: $|\mathsf{val}| = |\mathsf{key}|$, all read from
+        $\mathsf{layer}$ (any number of key/value heads), and all biases or none."""
         biases = (self.b_q, self.b_k, self.b_v)
-        return self.w_q.shape == self.w_k.shape == self.w_v.shape and (
+        same = self.w_q.shape[1:] == self.w_k.shape[1:] and self.w_k.shape == (
+            self.w_v.shape
+        )
+        return same and (
             all(b is None for b in biases) or all(b is not None for b in biases)
         )
 

@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
-from einops import einsum, rearrange, reduce
+from einops import einsum, pack, rearrange, reduce
 from jaxtyping import Bool, Float, Int, TypeCheckError
 from torch import Tensor, nn
 
@@ -165,17 +165,18 @@ def merge_heads(
 @checked
 def stack_qkv(
     w_q: Float[Tensor, "heads layer key"],
-    w_k: Float[Tensor, "heads layer key"],
-    w_v: Float[Tensor, "heads layer key"],
+    w_k: Float[Tensor, "kv_heads layer key"],
+    w_v: Float[Tensor, "kv_heads layer key"],
 ) -> Float[Tensor, "qkv layer"]:
     r"""The NYU notes' tall matrix: $W_{qkv}$ stacks
     $W_q^1 \dots W_q^h, W_k^1 \dots, W_v^1 \dots$.
 
-    This is exactly PyTorch's ``in_proj_weight`` ($3hd \times d$).
+    This is exactly PyTorch's ``in_proj_weight`` ($3hd \times d$). With grouped-query
+    attention (fewer $\mathsf{kv\_heads}$) it is $(h + 2 h_{kv}) d$ tall: the heads of
+    all three weights are one axis, $\mathsf{parts}$.
     """
-    return rearrange(
-        [w_q, w_k, w_v], "three heads layer key -> (three heads key) layer"
-    )
+    parts, _ = pack([w_q, w_k, w_v], "* layer key")  # the heads, one after another
+    return rearrange(parts, "parts layer key -> (parts key) layer")
 
 
 @checked
@@ -184,26 +185,30 @@ def stacked_projection(
     w_qkv: Float[Tensor, "qkv layer"],
     heads: int,
     b_qkv: Float[Tensor, " qkv"] | None = None,
+    kv_heads: int | None = None,
 ) -> tuple[
     Float[Tensor, "*batch heads seq key"],
-    Float[Tensor, "*batch heads seq key"],
-    Float[Tensor, "*batch heads seq key"],
+    Float[Tensor, "*batch kv_heads seq key"],
+    Float[Tensor, "*batch kv_heads seq key"],
 ]:
-    r"""$[q; k; v] = W_{qkv} \ndot{layer} x$ in one product, then split into heads.
+    r"""$[q; k; v] = W_{qkv} \ndot{layer} x$ in one product, then split into heads
+    (``kv_heads`` of keys and values; as many as ``heads`` unless given).
 
     Equal to three calls of :func:`project_heads` (a test checks it): stacking only
     changes how the same numbers are laid out in memory.
     """
+    kv_heads = heads if kv_heads is None else kv_heads
     projected = einsum(inputs, w_qkv, "... seq layer, qkv layer -> ... seq qkv")
     if b_qkv is not None:
         projected = _plus_bias(projected, b_qkv)
-    q, k, v = rearrange(
-        projected,
-        "... seq (three heads key) -> three ... heads seq key",
-        three=3,
-        heads=heads,
+    by_head = rearrange(projected, "... seq (parts key) -> ... parts seq key",
+                        parts=heads + 2 * kv_heads)  # fmt: skip
+    keys_from = heads + kv_heads  # where the keys' heads end and the values' begin
+    return (
+        by_head[..., :heads, :, :],
+        by_head[..., heads:keys_from, :, :],
+        by_head[..., keys_from:, :, :],
     )
-    return q, k, v
 
 
 @checked
@@ -213,8 +218,8 @@ def stacked_weights(
     """$W_{qkv}$ and $b_{qkv}$ (None without biases) of stackable weights."""
     b_qkv = None
     if weights.b_q is not None:
-        biases = [weights.b_q, weights.b_k, weights.b_v]
-        b_qkv = rearrange(biases, "three heads key -> (three heads key)")
+        biases, _ = pack([weights.b_q, weights.b_k, weights.b_v], "* key")
+        b_qkv = rearrange(biases, "parts key -> (parts key)")
     return stack_qkv(weights.w_q, weights.w_k, weights.w_v), b_qkv
 
 
@@ -259,8 +264,8 @@ def project_qkv(
 
     The values come from the memory, $X_v = X_m$, unless ``values_from`` gives a
     source of their own (PyTorch's ``vdim`` beside ``kdim``). In self-attention
-    (``memory`` *is* ``inputs``) with as many key/value heads as query heads, the
-    three projections are one product with the stacked $W_{qkv}$
+    (``memory`` *is* ``inputs``, keys and values as wide as queries), the three
+    projections are one product with the stacked $W_{qkv}$
     (:func:`stacked_projection`): the same numbers, one larger multiplication.
     """
     weights.check(inputs, memory, values_from)
@@ -275,7 +280,8 @@ def project_qkv(
         values_from = memory
     if memory is inputs and values_from is inputs and weights.stackable:
         w_qkv, b_qkv = stacked_weights(weights)
-        return _tapped(Heads(*stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv)))
+        heads = stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv, w_k.shape[0])
+        return _tapped(Heads(*heads))
     return _tapped(Heads(
         project_heads(inputs, w_q, weights.b_q),
         project_heads(memory, w_k, weights.b_k),
