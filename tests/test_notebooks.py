@@ -26,7 +26,13 @@ DOCS = ROOT / "docs"
 nbformat = pytest.importorskip("nbformat", reason="nbformat (test extra) missing")
 pytest.importorskip("mkdocs", reason="mkdocs (docs extra) builds the notebooks")
 sys.path.insert(0, str(DOCS / "hooks"))
-from notebooks import has_notebook, notebook_uri, page_cells  # noqa: E402
+from notebooks import (  # noqa: E402
+    FILES_TAG,
+    REPOSITORY_PATH,
+    has_notebook,
+    notebook_uri,
+    page_cells,
+)
 
 sys.path.remove(str(DOCS / "hooks"))
 
@@ -58,6 +64,12 @@ def printed(cell) -> str:
     return "\n".join(lines).strip("\n")
 
 
+def from_page(book) -> list:
+    """The notebook's cells that come from the page: after the title, the install
+    line and the cell with the repository files the page reads."""
+    return [c for c in book.cells[2:] if FILES_TAG not in c.metadata.get("tags", [])]
+
+
 def test_the_pages_with_executed_code_are_the_three_sections():
     assert len(PAGES) >= 20
     assert {page.split("/")[0] for page in PAGES} == {"learn", "models", "workflows"}
@@ -71,7 +83,7 @@ def test_the_built_notebook_is_the_page(page, site_dir):
     assert "%pip install" in book.cells[1].source
     assert book.cells[1].metadata["tags"] == ["skip-execution"]
     cells = page_cells((DOCS / page).read_text())
-    assert [c.source for c in book.cells[2:]] == [c.source for c in cells]
+    assert [c.source for c in from_page(book)] == [c.source for c in cells]
     name = Path(notebook_uri(page)).name
     if name == "index.ipynb":  # a section's index page is served as its folder
         folder, href = Path(page).parent, name
@@ -82,19 +94,43 @@ def test_the_built_notebook_is_the_page(page, site_dir):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_the_notebook_runs_and_prints_what_the_page_shows(page, site_dir):
+def test_the_notebook_runs_and_prints_what_the_page_shows(page, site_dir, tmp_path):
     from nbclient import NotebookClient
 
     book = nbformat.read(site_dir / notebook_uri(page), as_version=4)
-    code = [cell for cell in book.cells[2:] if cell.cell_type == "code"]
+    code = [cell for cell in from_page(book) if cell.cell_type == "code"]
     shown = [printed(cell) for cell in code]
     assert any(shown), f"the notebook of {page} stores no output of the page"
     client = NotebookClient(
         book, timeout=600, kernel_name="python3",
-        resources={"metadata": {"path": str(ROOT)}},
+        resources={"metadata": {"path": str(tmp_path)}},  # not a clone: anywhere
     )  # fmt: skip
     client.execute()  # an error in any cell raises CellExecutionError, naming it
     for number, (cell, expected) in enumerate(zip(code, shown, strict=True), 1):
         assert printed(cell) == expected, (
             f"{page}: code cell {number} printed other text than the page shows"
         )
+
+
+def test_a_page_that_reads_repository_files_carries_them_in_its_notebook(
+    site_dir, monkeypatch
+):
+    """benchmarks/results.md, the figures' JSON and a checkpoint, read by several
+    pages, travel in the notebook's files cell: run, it writes each file with the
+    bytes it had in the repository, in a fresh folder it moves to."""
+    carried = 0
+    for page in PAGES:
+        book = nbformat.read(site_dir / notebook_uri(page), as_version=4)
+        code = "\n".join(c.source for c in from_page(book) if c.cell_type == "code")
+        read = {p for p in REPOSITORY_PATH.findall(code) if (ROOT / p).is_file()}
+        files = [c for c in book.cells if FILES_TAG in c.metadata.get("tags", [])]
+        assert len(files) == (1 if read else 0), page
+        if not read:
+            continue
+        monkeypatch.chdir(ROOT)
+        exec(files[0].source, {})  # noqa: S102 - the notebook's own cell
+        assert Path.cwd() != ROOT
+        for path in read:
+            assert Path(path).read_bytes() == (ROOT / path).read_bytes(), path
+            carried += 1
+    assert carried >= 10

@@ -10,12 +10,19 @@ notebook opens showing what the page shows, and the test suite
 notebook is served beside the page (``learn/notation.md`` -> ``learn/notation.ipynb``)
 and the page links it under its title: "Run this page as a notebook".
 
+A page that reads files of the repository (measured results: ``benchmarks/results.md``,
+``docs/figures/*.json``) names them in its code by their path from the repository's
+root. The notebook carries their text: a cell after the install line writes them into
+a fresh working folder and moves there, so the notebook runs anywhere, not only from a
+clone.
+
 The notation's KaTeX macros (docs/javascripts/katex-init.js) are defined again in the
 first cell, for Jupyter's MathJax.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import textwrap
 from pathlib import Path
@@ -39,6 +46,9 @@ MACROS = (
     r"\newcommand{\nfun}[2]{\underset{\mathsf{#1}}{\operatorname{#2}}}$"
 )
 LINK = "Run this page as a notebook"
+# a path from the repository's root inside a code cell's string: "benchmarks/results.md"
+REPOSITORY_PATH = re.compile(r"""["']([\w.-]+(?:/[\w.-]+)+\.\w+)["']""")
+FILES_TAG = "page-files"  # the cell that writes the repository files a page reads
 # a link to another page (relative, to its .md): rewritten to the page's URL, which is
 # right from the notebook too (it is served in the page's folder)
 SITE_LINK = re.compile(r"\]\((?!https?:)([^)\s]*?)(index)?\.md(#[^)\s]*)?\)")
@@ -146,15 +156,57 @@ def page_cells(markdown: str) -> list[Any]:
     return cells
 
 
+def _carried(path: str) -> str | bytes:
+    """A repository file as its notebook carries it: its text, or (a checkpoint)
+    its bytes in base64."""
+    data = (_ROOT / path).read_bytes()
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(data)
+
+
+def files_cell(cells: list[Any]) -> Any | None:
+    """The cell that writes the repository files the code ``cells`` read (None when
+    they read none) into a fresh working folder, and moves there."""
+    paths = sorted({
+        path
+        for cell in cells if cell.cell_type == "code"
+        for path in REPOSITORY_PATH.findall(cell.source)
+        if (_ROOT / path).is_file()
+    })  # fmt: skip
+    if not paths:
+        return None
+    writes = "\n".join(f"write({path!r}, {_carried(path)!r})" for path in paths)
+    cell = nbformat.v4.new_code_cell(
+        "# The repository files this page reads, as they were when the site was\n"
+        "# built: written into a fresh working folder, so the notebook runs anywhere.\n"
+        "import base64, os, pathlib, tempfile\n\n"
+        'os.chdir(tempfile.mkdtemp(prefix="named_transformer-"))\n\n\n'
+        "def write(name, content):  # text, or a binary file's bytes in base64\n"
+        "    path = pathlib.Path(name)\n"
+        "    path.parent.mkdir(parents=True, exist_ok=True)\n"
+        "    if isinstance(content, bytes):\n"
+        "        path.write_bytes(base64.b64decode(content))\n"
+        "    else:\n"
+        "        path.write_text(content)\n\n\n" + writes
+    )
+    cell.metadata["tags"] = [FILES_TAG]
+    return cell
+
+
 def notebook(title: str, page_uri: str, cells: list[Any]) -> Any:
-    """A notebook: a title cell with the macros, the install cell, then ``cells``."""
+    """A notebook: a title cell with the macros, the install cell, the cell with the
+    repository files the page reads (if any), then ``cells``."""
     intro = nbformat.v4.new_markdown_cell(
         f'{MACROS}\n\n*The page "{title}" of the named_transformer site '
         f"(docs/{page_uri}), as a notebook generated from the page itself.*"
     )
     install = nbformat.v4.new_code_cell(INSTALL)
     install.metadata["tags"] = ["skip-execution"]  # the test's kernel has it
-    book = nbformat.v4.new_notebook(cells=[intro, install, *cells])
+    files = files_cell(cells)
+    first = [intro, install] + ([files] if files else [])
+    book = nbformat.v4.new_notebook(cells=[*first, *cells])
     book.metadata["kernelspec"] = {
         "name": "python3", "display_name": "Python 3", "language": "python",
     }  # fmt: skip
