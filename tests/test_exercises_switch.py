@@ -132,3 +132,26 @@ def test_bad_switches_are_one_line(tmp_path):
     finally:
         switch.restore()
     assert core_attention.softmax is library_softmax
+
+
+def test_switched_attention_is_called_at_lengths_the_automatic_core_runs_blockwise():
+    """From 256 positions on the automatic core runs blockwise, which calls no
+    softmax of the learner's: while attention is switched in it materialises, so the
+    learner's softmax computes every call (and the outputs equal the library's)."""
+    from named_transformer.core import blockwise
+
+    seq = blockwise.CROSSOVER + 44
+    assert blockwise.automatic_block(seq, seq) is not None  # blockwise unswitched
+    q, k, v = (torch.randn(1, 2, seq, 8, dtype=torch.float64) for _ in range(3))
+    mask = nt.causal_mask(seq, seq)
+    expected = nt.attention(q, k, v, mask)
+    calls: dict[str, int] = {}
+    with use({"softmax": counting("softmax", calls)}, names=["softmax"]):
+        switched = nt.attention(q, k, v, mask)
+        module = nt.MultiHeadAttention(16, 2).double()
+        module(torch.randn(1, seq, 16, dtype=torch.float64), mask=mask)
+    assert calls["softmax"] == 2
+    torch.testing.assert_close(switched, expected)
+    assert blockwise.automatic_block(seq, seq) is not None  # restored on exit
+    with use({"layer_norm": counting("layer_norm", calls)}, names=["layer_norm"]):
+        assert blockwise.automatic_block(seq, seq) is not None

@@ -10,7 +10,9 @@ the library that calls ``softmax``, ``attention_weights``, ``attend``, ``layer_n
 or ``feed_forward`` calls the learner's function of that name instead: the
 decoder-only model's attention (through the materialising core), its layer norms and
 its feed-forwards are then the learner's code, with the library's weights, training
-loop and sampling around them. ``names`` picks fewer (the ones written so far).
+loop and sampling around them. ``names`` picks fewer (the ones written so far). While
+an attention function is switched in, the automatic core materialises at every length
+(the blockwise path, chosen from 256 positions on, would not call it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from named_transformer.core.blockwise import automatic_block
 from named_transformer.exercises.learner import load_learner
 from named_transformer.exercises.registry import EXERCISES
 
@@ -30,7 +33,17 @@ SWITCHED = ("softmax", "attention_weights", "attend", "layer_norm", "feed_forwar
 """The exercises :class:`use` plugs into the model by default: the functions every
 block of the decoder-only model calls."""
 
+ATTENTION = {"softmax", "attention_weights", "attend"}
+"""The exercises the materialising attention core calls: while one is switched in,
+the automatic core (:func:`~named_transformer.core.blockwise.automatic_block`)
+materialises at every length, so that the learner's function is the one called."""
+
 _active: list[use] = []
+
+
+def _materialise(seq_q: int, seq: int, **_: Any) -> None:
+    """:func:`~named_transformer.core.blockwise.automatic_block` while the learner's
+    attention is switched in: always the materialising core (None)."""
 
 
 def _library_modules() -> list[ModuleType]:
@@ -77,13 +90,17 @@ class use:  # noqa: N801 - a switch, read as a verb: nt.exercises.use(DIR)
             if not callable(function):
                 raise ValueError(f"{name}: {function}")
             learner[name] = function
-        for name, function in learner.items():
-            library = EXERCISES[name].library_function
-            for module in _library_modules():
-                for attribute, value in list(vars(module).items()):
-                    if value is library:
-                        self.replaced.append((module, attribute, value))
-                        setattr(module, attribute, function)
+        pairs = [(EXERCISES[name].library_function, function)
+                 for name, function in learner.items()]  # fmt: skip
+        if ATTENTION & set(learner):
+            # only the materialising core calls them: no blockwise path, however long
+            pairs.append((automatic_block, _materialise))
+        replacing = {id(library): function for library, function in pairs}
+        for module in _library_modules():
+            for attribute, value in list(vars(module).items()):
+                if id(value) in replacing:
+                    self.replaced.append((module, attribute, value))
+                    setattr(module, attribute, replacing[id(value)])
         self.names = tuple(learner)
         _active.append(self)
 
