@@ -419,7 +419,7 @@ def test_stacked_w_qkv_of_grouped_weights_is_the_same_computation(kv_heads):
     x = torch.randn(B, SEQ, LAYER, dtype=D)
     w_qkv, b_qkv = stacked_weights(m.named_weights())
     assert w_qkv.shape == ((HEADS + 2 * kv_heads) * (LAYER // HEADS), LAYER)
-    heads = nt.stacked_projection(x, w_qkv, HEADS, b_qkv, kv_heads)
+    heads = nt.stacked_projection(x, w_qkv, HEADS, b_qkv, kv_heads=kv_heads)
     weights = ((m.w_q, m.b_q), (m.w_k, m.b_k), (m.w_v, m.b_v))
     for got, (weight, bias) in zip(heads, weights, strict=True):
         torch.testing.assert_close(got, nt.project_heads(x, weight, bias))

@@ -437,7 +437,8 @@ class IncrementalDecoder:
                 heads = project_qkv(x, x, attention.named_weights())
             else:
                 heads = Heads(*stacked_projection(
-                    x, entry.w_qkv, attention.heads, entry.b_qkv, attention.kv_heads
+                    x, entry.w_qkv, attention.heads, entry.b_qkv,
+                    kv_heads=attention.kv_heads,
                 ))  # fmt: skip
             # new queries and keys both sit at offset...: the cache keeps the keys
             # transformed (rotated) at their own positions

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.encoder import Encoder, EncoderLayer
-from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.multihead import MultiHeadAttention, stack_qkv
 from named_transformer.models.sublayers import FeedForward, LayerNorm
 from named_transformer.models.transformer import TransformerStacks
 
@@ -361,13 +361,7 @@ def _attention_to_torch(
     )  # fmt: skip
     theirs = _like(theirs, ours)
     if theirs._qkv_same_embed_dim:
-        _copy(
-            theirs.in_proj_weight,
-            rearrange(
-                [ours.w_q, ours.w_k, ours.w_v],
-                "three heads layer key -> (three heads key) layer",
-            ),
-        )
+        _copy(theirs.in_proj_weight, stack_qkv(ours.w_q, ours.w_k, ours.w_v))
     else:
         for weight, value in zip(
             (theirs.q_proj_weight, theirs.k_proj_weight, theirs.v_proj_weight),

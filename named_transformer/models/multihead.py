@@ -185,6 +185,7 @@ def stacked_projection(
     w_qkv: Float[Tensor, "qkv layer"],
     heads: int,
     b_qkv: Float[Tensor, " qkv"] | None = None,
+    *,
     kv_heads: int | None = None,
 ) -> tuple[
     Float[Tensor, "*batch heads seq key"],
@@ -280,8 +281,10 @@ def project_qkv(
         values_from = memory
     if memory is inputs and values_from is inputs and weights.stackable:
         w_qkv, b_qkv = stacked_weights(weights)
-        heads = stacked_projection(inputs, w_qkv, w_q.shape[0], b_qkv, w_k.shape[0])
-        return _tapped(Heads(*heads))
+        projected = stacked_projection(
+            inputs, w_qkv, w_q.shape[0], b_qkv, kv_heads=w_k.shape[0]
+        )
+        return _tapped(Heads(*projected))
     return _tapped(Heads(
         project_heads(inputs, w_q, weights.b_q),
         project_heads(memory, w_k, weights.b_k),
