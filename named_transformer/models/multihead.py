@@ -175,8 +175,14 @@ def stack_qkv(
     attention (fewer $\mathsf{kv\_heads}$) it is $(h + 2 h_{kv}) d$ tall: the heads of
     all three weights are one axis, $\mathsf{parts}$.
     """
-    parts, _ = pack([w_q, w_k, w_v], "* layer key")  # the heads, one after another
-    return rearrange(parts, "parts layer key -> (parts key) layer")
+    # packed layer-major (one copy), so that merging (parts key) below is a view, and
+    # the product with W_qkv reads it as it lies, with no second copy
+    by_layer = [
+        rearrange(weight, "heads layer key -> layer heads key")
+        for weight in (w_q, w_k, w_v)
+    ]
+    parts, _ = pack(by_layer, "layer * key")  # the heads, one after another
+    return rearrange(parts, "layer parts key -> (parts key) layer")
 
 
 @checked
