@@ -58,10 +58,9 @@ class AttentionWeights(NamedTuple):
         self-attention: $|\mathsf{val}| = |\mathsf{key}|$, all read from
         $\mathsf{layer}$ (any number of key/value heads), and all biases or none."""
         biases = (self.b_q, self.b_k, self.b_v)
-        same = self.w_q.shape[1:] == self.w_k.shape[1:] and self.w_k.shape == (
-            self.w_v.shape
-        )
-        return same and (
+        keys_like_values = self.w_k.shape == self.w_v.shape
+        queries_like_keys = self.w_q.shape[1:] == self.w_k.shape[1:]  # any heads
+        return keys_like_values and queries_like_keys and (
             all(b is None for b in biases) or all(b is not None for b in biases)
         )
 
