@@ -32,11 +32,12 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import einsum, rearrange
+from einops import rearrange
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 
 __all__ = ["alibi_bias", "alibi_slopes"]
 

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from einops import einsum, rearrange, reduce
+from einops import rearrange, reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import automatic_block, blockwise_attention
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax

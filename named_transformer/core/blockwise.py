@@ -89,11 +89,12 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
-from einops import einsum, reduce
+from einops import reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.masks import causal_mask
 

@@ -34,11 +34,11 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from einops import einsum
 from jaxtyping import Float
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.inside.recording import tap
 
 __all__ = ["feed_forward", "gated_feed_forward", "gelu", "gelu_tanh", "relu", "silu"]

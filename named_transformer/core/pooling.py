@@ -19,11 +19,12 @@ embeddings is their cosine similarity.
 from __future__ import annotations
 
 import torch
-from einops import einsum, reduce
+from einops import reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.core.softmax import softmax
 
 __all__ = [

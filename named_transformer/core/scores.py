@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import einsum, rearrange, reduce
+from einops import rearrange, reduce
 from jaxtyping import Float
 from torch import Tensor
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 
 __all__ = [
     "additive_score",

@@ -36,11 +36,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from einops import einsum, rearrange, reduce
+from einops import rearrange, reduce
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.inside.recording import Named, Record
 from named_transformer.models.generator import log_probabilities
 

@@ -20,11 +20,12 @@ logits.
 from __future__ import annotations
 
 import torch
-from einops import einsum, rearrange, reduce
+from einops import rearrange, reduce
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.inside.recording import tap
 from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
 from named_transformer.models.encoder import Encoder

@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import einsum
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.inside.recording import tap
 
 __all__ = ["Generator", "log_probabilities"]

@@ -59,11 +59,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
-from einops import einsum, pack, rearrange, reduce
+from einops import pack, rearrange, reduce
 from jaxtyping import Bool, Float, Int, TypeCheckError
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.core.attention import _biased_softmax, attend
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.feedforward import _plus_bias

@@ -37,11 +37,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-from einops import einsum
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.core.attention import attend
 from named_transformer.core.positions import relative_position_index
 from named_transformer.core.scores import scaled_dot_score

@@ -29,11 +29,12 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import einsum, rearrange
+from einops import rearrange
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 
 __all__ = ["ElmanCell", "GRUCell", "LSTMCell", "elman_cell", "gru_cell", "lstm_cell"]
 

@@ -35,11 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
-from einops import einsum, pack, rearrange
+from einops import pack, rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.core.attention import attend
 from named_transformer.core.masks import padding_mask
 from named_transformer.core.scores import additive_score, dot_score, general_score

@@ -21,11 +21,12 @@ only.
 from __future__ import annotations
 
 import torch
-from einops import einsum, rearrange
+from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.embedding import LearnedPositions, TokenEmbedding

@@ -23,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from einops import einsum
+from named_transformer.contraction import einsum
 
 __all__ = ["add_commands"]
 

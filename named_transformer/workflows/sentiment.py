@@ -23,11 +23,12 @@ import re
 from pathlib import Path
 
 import torch
-from einops import einsum, reduce
+from einops import reduce
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.contraction import einsum
 from named_transformer.workflows.data import Example, Vocabulary, split_of
 
 __all__ = [
