@@ -81,9 +81,11 @@ class _Plan:
             second = second.permute(self.second_order)  # allow-raw: the plan's layout
         first_free = first.shape[batch : batch + free]
         second_free = second.shape[batch + contracted :]
-        # one axis each of (free, contracted) and (contracted, free) is a matrix as
-        # it stands; more are merged, none is an axis of size 1
-        if free != 1 or contracted != 1:
+        # matmul treats the first operand's leading axes as rows itself when there is
+        # no batch axis and one contracted axis (a projection); else the free and the
+        # contracted axes are merged into one each, a size-1 axis where there are none
+        rows_as_they_stand = batch == 0 and contracted == 1
+        if not rows_as_they_stand and (free != 1 or contracted != 1):
             merged = (math.prod(first_free), math.prod(first.shape[batch + free :]))
             first = first.reshape((*first.shape[:batch], *merged))  # allow-raw: plan
         if self.second_free != 1 or contracted != 1:
@@ -91,7 +93,7 @@ class _Plan:
                       math.prod(second_free))  # fmt: skip
             second = second.reshape((*second.shape[:batch], *merged))  # allow-raw: plan
         product = torch.matmul(first, second)  # allow-raw: the one contraction
-        if free != 1 or self.second_free != 1:
+        if self.second_free != 1 or (free != 1 and not rows_as_they_stand):
             product = product.reshape(  # allow-raw: the plan's layout
                 (*product.shape[:batch], *first_free, *second_free)
             )
