@@ -118,8 +118,8 @@ def _tile_scores(
     scores = einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
     if score_bias is not None:
         scores = scores + score_bias
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -torch.inf)
+    if mask is not None:  # in place: the product is fresh, and its gradient needs
+        scores.masked_fill_(~mask, -torch.inf)  # the factors, not the product
     return scores
 
 
@@ -134,6 +134,16 @@ def _exp(exponents: Tensor) -> Tensor:
     """$e^x = 2^{x \\log_2 e}$: PyTorch's ``exp2`` is several times faster than its
     ``exp`` on the CPU, and one multiplication is cheap beside the difference."""
     return torch.exp2(exponents * _LOG2_E)
+
+
+def _exp_shifted(scores: Tensor, shift: Tensor) -> Tensor:
+    """$e^{S - m}$, written over $S$ when no gradient is recorded (every forward pass
+    but dropout's, and the backward pass): a block's table is then allocated once, not
+    once for each of the subtraction, the scaling and the exponential (fresh tables
+    of a megabyte cost the CPU page faults, block after block)."""
+    if torch.is_grad_enabled() and scores.requires_grad:
+        return _exp(scores - shift)
+    return torch.exp2(scores.sub_(shift).mul_(_LOG2_E), out=scores)
 
 
 def _finite(maximum: Tensor) -> Tensor:
@@ -169,7 +179,7 @@ def _online_softmax(
     )
     finite = _finite(new_maximum)
     rescale = _exp(maximum - finite)  # e^{m - m'} <= 1; 0 while m = -inf
-    weights = _exp(scores - finite)
+    weights = _exp_shifted(scores, finite)  # S_b is not needed after this
     normaliser = rescale * normaliser + reduce(
         weights, "... seq_q seq -> ... seq_q 1", "sum"
     )
@@ -337,7 +347,7 @@ def _tile_gradients(
     $P_b = e^{S_b - m} / \ell$ recomputes the weights (``inverse`` is $1/\ell$, 0 for a
     query with no allowed key); ``delta`` is $D$.
     """
-    weights = _exp(scores - maximum) * inverse
+    weights = _exp_shifted(scores, maximum) * inverse  # S_b: as in the forward
     grad_values = einsum(
         weights, grad_outputs, "... seq_q seq, ... seq_q val -> ... seq val"
     )
