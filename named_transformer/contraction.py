@@ -9,9 +9,9 @@ one batched matrix product, every time. Here the pattern of two operands is read
 per pattern and number of dimensions: which axes are batch axes (in both operands and
 the output), which are contracted (in both, not the output) and which belong to one
 operand. Each call then makes the one ``torch.matmul`` with only the moves the layout
-needs. On one token (a cached decoding step) that is about 10 µs less per contraction,
-a quarter of the time of projecting 256 features to 1,024
-(the Performance page's table 17).
+needs. On one token (a cached decoding step, the Performance page's table 17) that
+saves several microseconds a contraction, a fair share of a small product's time (the
+notation page times one).
 
 Anything else goes to ``einops.einsum`` unchanged: three or more operands, an axis
 summed away from one operand alone, a repeated axis (a diagonal), and every call while
@@ -39,11 +39,11 @@ def einsum(*tensors_and_pattern):
     Its operands' shapes are checked by the named equation that calls it, as they are
     for einops.
     """
-    *tensors, pattern = tensors_and_pattern
-    if len(tensors) == 2 and not _recording_a_graph():
-        plan = _plan(pattern, tensors[0].ndim, tensors[1].ndim)
+    if len(tensors_and_pattern) == 3 and not _recording_a_graph():
+        first, second, pattern = tensors_and_pattern
+        plan = _plan(pattern, first.ndim, second.ndim)
         if plan is not None:
-            return plan(*tensors)
+            return plan(first, second)
     return einops.einsum(*tensors_and_pattern)
 
 
@@ -74,29 +74,33 @@ class _Plan:
     output_order: tuple[int, ...] | None
 
     def __call__(self, first: Tensor, second: Tensor) -> Tensor:
-        batch, free, contracted = self.batch, self.first_free, self.contracted
         if self.first_order is not None:
             first = first.permute(self.first_order)  # allow-raw: the plan's layout
         if self.second_order is not None:
             second = second.permute(self.second_order)  # allow-raw: the plan's layout
-        first_free = first.shape[batch : batch + free]
-        second_free = second.shape[batch + contracted :]
-        # matmul treats the first operand's leading axes as rows itself when there is
-        # no batch axis and one contracted axis (a projection); else the free and the
-        # contracted axes are merged into one each, a size-1 axis where there are none
-        rows_as_they_stand = batch == 0 and contracted == 1
-        if not rows_as_they_stand and (free != 1 or contracted != 1):
-            merged = (math.prod(first_free), math.prod(first.shape[batch + free :]))
-            first = first.reshape((*first.shape[:batch], *merged))  # allow-raw: plan
-        if self.second_free != 1 or contracted != 1:
-            merged = (math.prod(second.shape[batch:batch + contracted]),
-                      math.prod(second_free))  # fmt: skip
-            second = second.reshape((*second.shape[:batch], *merged))  # allow-raw: plan
-        product = torch.matmul(first, second)  # allow-raw: the one contraction
-        if self.second_free != 1 or (free != 1 and not rows_as_they_stand):
-            product = product.reshape(  # allow-raw: the plan's layout
-                (*product.shape[:batch], *first_free, *second_free)
-            )
+        batch, free, contracted = self.batch, self.first_free, self.contracted
+        if batch == 0 and contracted == 1 and self.second_free == 1:
+            # a projection: matmul takes the first operand's leading axes as rows
+            product = torch.matmul(first, second)  # allow-raw: the one contraction
+        else:  # the free and the contracted axes merged into one each (or size 1)
+            first_free = first.shape[batch : batch + free]
+            second_free = second.shape[batch + contracted :]
+            if free != 1 or contracted != 1:
+                merged = (math.prod(first_free), math.prod(first.shape[batch + free :]))
+                first = first.reshape(  # allow-raw: the plan's layout
+                    (*first.shape[:batch], *merged)
+                )
+            if self.second_free != 1 or contracted != 1:
+                merged = (math.prod(second.shape[batch:batch + contracted]),
+                          math.prod(second_free))  # fmt: skip
+                second = second.reshape(  # allow-raw: the plan's layout
+                    (*second.shape[:batch], *merged)
+                )
+            product = torch.matmul(first, second)  # allow-raw: the one contraction
+            if free != 1 or self.second_free != 1:
+                product = product.reshape(  # allow-raw: the plan's layout
+                    (*product.shape[:batch], *first_free, *second_free)
+                )
         if self.output_order is None:
             return product
         return product.permute(self.output_order)  # allow-raw: the plan's layout
