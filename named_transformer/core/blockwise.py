@@ -140,7 +140,7 @@ def _exp_shifted(scores: Tensor, shift: Tensor) -> Tensor:
     """$e^{S - m}$, written over $S$ when no gradient is recorded (every forward pass
     but dropout's, and the backward pass): a block's table is then allocated once, not
     once for each of the subtraction, the scaling and the exponential (fresh tables
-    of a megabyte cost the CPU page faults, block after block)."""
+    of a megabyte can cost the CPU page faults, block after block)."""
     if torch.is_grad_enabled() and scores.requires_grad:
         return _exp(scores - shift)
     return torch.exp2(scores.sub_(shift).mul_(_LOG2_E), out=scores)
