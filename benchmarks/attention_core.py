@@ -225,9 +225,7 @@ def blockwise_vs_sdpa(quick: bool) -> str:
             [
                 seq,
                 ms(named.median),
-                named.spread,
                 ms(sdpa.median),
-                sdpa.spread,
                 f"{named.median / sdpa.median:.2f}",
                 *compiled_cells,
                 ms(named_both.median),
@@ -238,9 +236,7 @@ def blockwise_vs_sdpa(quick: bool) -> str:
     header = [
         "seq",
         "blockwise ms",
-        "spread",
         "SDPA ms",
-        "spread",
         "blockwise / SDPA",
         "compiled ms",
         "compiled / SDPA",

@@ -14,7 +14,9 @@ saves several microseconds a contraction, a fair share of a small product's time
 notation page times one).
 
 Anything else goes to ``einops.einsum`` unchanged: three or more operands, an axis
-summed away from one operand alone, a repeated axis (a diagonal), and every call while
+summed away from one operand alone, a repeated axis (a diagonal), a contracted axis of
+size 1 that broadcasts against a longer one (or sizes that do not fit: einops then
+raises its own error), and every call while
 ``torch.compile``, ``torch.export`` or a JIT trace records the graph (the compiler reads
 ``torch.einsum`` better than it reads the moves spelled out).
 """
@@ -43,7 +45,10 @@ def einsum(*tensors_and_pattern):
         first, second, pattern = tensors_and_pattern
         plan = _plan(pattern, first.ndim, second.ndim)
         if plan is not None:
-            return plan(first, second)
+            try:
+                return plan(first, second)
+            except RuntimeError:  # sizes one matmul cannot pair: a size-1 axis
+                pass  # summed against a longer one broadcasts in einops, or an error
     return einops.einsum(*tensors_and_pattern)
 
 
@@ -79,6 +84,10 @@ class _Plan:
         if self.second_order is not None:
             second = second.permute(self.second_order)  # allow-raw: the plan's layout
         batch, free, contracted = self.batch, self.first_free, self.contracted
+        if contracted > 1 and (
+            first.shape[batch + free :] != second.shape[batch : batch + contracted]
+        ):  # merged, unequal axes could pair up wrongly with an equal product
+            raise RuntimeError("contracted axes differ in size")
         if batch == 0 and contracted == 1 and self.second_free == 1:
             # a projection: matmul takes the first operand's leading axes as rows
             product = torch.matmul(first, second)  # allow-raw: the one contraction

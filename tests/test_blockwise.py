@@ -145,6 +145,40 @@ def test_keys_with_a_size_one_heads_axis_and_a_bias_per_key_broadcast():
         torch.testing.assert_close(ours, reference, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("grows", ["values", "mask"])
+def test_values_or_a_mask_with_more_batch_axes_than_the_scores_broadcast(grows):
+    """The scores of one block have the batch axes of the queries and keys; values or
+    a mask may bring more. The blocks are then updated out of place (in place, they
+    could not grow), forward and backward. Checks off: the annotations would bind
+    ``batch`` to the queries' axes."""
+    queries, keys, values = qkv(batch=(1,))
+    if grows == "values":
+        values = torch.randn(B, SEQ, VAL, dtype=torch.float64, requires_grad=True)
+    mask = random_mask(B, SEQ_Q, SEQ) if grows == "mask" else None
+    with nt.shape_checks(False):
+        got = blockwise_attention(queries, keys, values, mask, block=8)
+        expected = nt.attend(nt.attention_weights(queries, keys, mask), values)
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+        inputs = (queries, keys, values)
+        for ours, reference in zip(
+            torch.autograd.grad(got.sum(), inputs),
+            torch.autograd.grad(expected.sum(), inputs),
+            strict=True,
+        ):
+            torch.testing.assert_close(ours, reference, atol=1e-10, rtol=0)
+
+
+def test_second_derivatives_are_refused_in_one_line():
+    """The recomputing backward pass is not itself differentiable: asked for a graph
+    of the gradient, it says so instead of returning a wrong one."""
+    queries, keys, values = qkv(6, 7, batch=(2,))
+    loss = blockwise_attention(queries, keys, values, block=3).sum() + (
+        queries**3
+    ).sum()  # a second term that is differentiable twice
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        torch.autograd.grad(loss, queries, create_graph=True)
+
+
 @pytest.mark.parametrize("batch", [(), (B,), (B, HEADS)], ids=["0", "1", "2"])
 def test_equals_sdpa_causal_and_with_a_float_mask(batch):
     queries, keys, values = (

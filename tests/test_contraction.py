@@ -18,38 +18,57 @@ from named_transformer.contraction import _plan, einsum
 NAMES = ["a", "b", "c", "d", "e", "f"]
 
 
+def _insert(draw, side: list[str], name: str) -> list[str]:
+    at = draw(st.integers(0, len(side)))
+    return [*side[:at], name, *side[at:]]
+
+
 @st.composite
 def contractions(draw):
-    """A pattern, and two float64 operands that fit it (gradients wanted)."""
+    """A pattern, and two float64 operands that fit it (gradients wanted).
+
+    A batch or contracted axis may be of size 1 in one operand (it broadcasts); ``...``
+    may stand in either operand or both, anywhere in a side, with fewer dimensions (or
+    size-1 ones) in one operand, and may be summed away when both have it.
+    """
     names = draw(st.permutations(NAMES))
     roles = draw(st.lists(st.sampled_from("BCFG"), min_size=1, max_size=5))
-    sizes = {n: draw(st.integers(1, 4)) for n in names}
     first, second, out = [], [], []
+    first_size, second_size = {}, {}
     for name, role in zip(names, roles, strict=False):
-        if role == "B":  # batch
-            first.append(name), second.append(name), out.append(name)
-        elif role == "C":  # contracted
-            first.append(name), second.append(name)
-        elif role == "F":  # free, first operand
-            first.append(name), out.append(name)
-        else:  # free, second operand
-            second.append(name), out.append(name)
+        size = draw(st.integers(1, 4))
+        first_size[name] = second_size[name] = size
+        if role in "BC" and draw(st.integers(0, 4)) == 0:  # broadcast a size-1 axis
+            (first_size if draw(st.booleans()) else second_size)[name] = 1
+        if role in "BCF":
+            first.append(name)
+        if role in "BCG":
+            second.append(name)
+        if role in "BFG":
+            out.append(name)
     first, second, out = (draw(st.permutations(side)) for side in (first, second, out))
-    dots = draw(st.sampled_from(["none", "first", "both"]))
-    leading = draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
-    first_shape = [sizes[n] for n in first]
-    second_shape = [sizes[n] for n in second]
+    first_shape = [first_size[n] for n in first]
+    second_shape = [second_size[n] for n in second]
+    dots = draw(st.sampled_from(["none", "first", "second", "both"]))
     if dots != "none":
-        first, out = ["...", *first], ["...", *out]
-        first_shape = leading + first_shape
-    if dots == "both":
-        second = ["...", *second]
-        # broadcast: the second operand's leading axes may be of size 1, or fewer
-        kept = draw(st.integers(0, len(leading)))
+        longer = draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
+        kept = draw(st.integers(0, len(longer)))
         ones = draw(st.lists(st.booleans(), min_size=kept, max_size=kept))
-        tail = leading[len(leading) - kept :]
-        second_shape = [1 if one else n for one, n in zip(ones, tail, strict=True)]
-        second_shape += [sizes[n] for n in second[1:]]
+        shorter = [1 if one else n for one, n in zip(ones, longer[len(longer) - kept :],
+                                                     strict=True)]  # fmt: skip
+        if draw(st.booleans()):
+            longer, shorter = shorter, longer
+        summed = dots == "both" and draw(st.integers(0, 3)) == 0
+        if not summed:
+            out = _insert(draw, out, "...")
+        if dots in ("first", "both"):
+            first = _insert(draw, first, "...")
+            at = first.index("...")
+            first_shape[at:at] = longer
+        if dots in ("second", "both"):
+            second = _insert(draw, second, "...")
+            at = second.index("...")
+            second_shape[at:at] = shorter if dots == "both" else longer
     pattern = f"{' '.join(first)}, {' '.join(second)} -> {' '.join(out)}"
     operands = [
         torch.randn(shape, dtype=torch.float64, requires_grad=True)
@@ -62,7 +81,6 @@ def contractions(draw):
 @given(contractions())
 def test_equals_einops_values_and_gradients(case):
     pattern, (first, second) = case
-    assert _plan(pattern, first.ndim, second.ndim) is not None, pattern
     ours = einsum(first, second, pattern)
     theirs = einops.einsum(first, second, pattern)
     assert ours.shape == theirs.shape, pattern
@@ -72,6 +90,27 @@ def test_equals_einops_values_and_gradients(case):
     theirs_grads = torch.autograd.grad(theirs, (first, second), grad)
     for mine, reference in zip(ours_grads, theirs_grads, strict=True):
         torch.testing.assert_close(mine, reference, rtol=1e-12, atol=1e-12)
+
+
+def test_the_plan_takes_the_package_s_patterns():
+    """The contractions the modules make have a plan (einops is the exception)."""
+    for pattern, ranks in [
+        ("... layer, hidden layer -> ... hidden", (3, 2)),
+        ("... seq layer, heads layer key -> ... heads seq key", (3, 3)),
+        ("... seq_q key, ... seq key -> ... seq_q seq", (4, 4)),
+        ("... heads seq_q val, heads val layer -> ... seq_q layer", (4, 3)),
+    ]:
+        assert _plan(pattern, *ranks) is not None, pattern
+
+
+def test_unequal_contracted_axes_are_refused_as_einops_refuses_them():
+    """Two contracted axes of sizes (2, 3) and (3, 2) have equal products: merged,
+    they would pair up wrongly. The plan checks them, and einops raises."""
+    first, second = torch.randn(2, 3, 4), torch.randn(2, 3, 5)
+    with pytest.raises(RuntimeError):
+        einops.einsum(first, second, "a b c, b a d -> c d")
+    with pytest.raises(RuntimeError):
+        einsum(first, second, "a b c, b a d -> c d")
 
 
 @pytest.mark.parametrize(

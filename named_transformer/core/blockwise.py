@@ -118,9 +118,17 @@ def _tile_scores(
     scores = einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
     if score_bias is not None:
         scores = scores + score_bias
-    if mask is not None:  # in place: the product is fresh, and its gradient needs
-        scores.masked_fill_(~mask, -torch.inf)  # the factors, not the product
+    if mask is not None and _fits(scores, mask):  # in place: the product is fresh,
+        scores.masked_fill_(~mask, -torch.inf)  # and its gradient needs the factors
+    elif mask is not None:  # a mask with more batch axes than the scores
+        scores = scores.masked_fill(~mask, -torch.inf)
     return scores
+
+
+def _fits(table: Tensor, other: Tensor) -> bool:
+    """Whether ``other`` broadcasts into ``table`` as it is (an in-place update
+    cannot grow ``table`` to the batch axes of values or a mask that have more)."""
+    return torch.broadcast_shapes(table.shape, other.shape) == table.shape
 
 
 # --8<-- [end:tile_scores]
@@ -141,7 +149,7 @@ def _exp_shifted(scores: Tensor, shift: Tensor) -> Tensor:
     but dropout's, and the backward pass): a block's table is then allocated once, not
     once for each of the subtraction, the scaling and the exponential (fresh tables
     of a megabyte can cost the CPU page faults, block after block)."""
-    if torch.is_grad_enabled() and scores.requires_grad:
+    if (torch.is_grad_enabled() and scores.requires_grad) or not _fits(scores, shift):
         return _exp(scores - shift)
     return torch.exp2(scores.sub_(shift).mul_(_LOG2_E), out=scores)
 
@@ -367,6 +375,13 @@ def _tile_gradients(
 # --8<-- [end:tile_gradients]
 
 
+_TWICE = (
+    "blockwise attention's backward pass cannot be differentiated again "
+    "(create_graph=True): for second derivatives use the materialising path, "
+    "nt.attend(nt.attention_weights(...)) or a module's core=MATERIALISE"
+)
+
+
 class _BlockwiseAttention(torch.autograd.Function):
     """The blocks forward; FlashAttention's recomputing backward pass."""
 
@@ -384,6 +399,8 @@ class _BlockwiseAttention(torch.autograd.Function):
     # --8<-- [start:backward]
     @staticmethod
     def backward(ctx, grad_attended):
+        if torch.is_grad_enabled():  # create_graph=True: it would be differentiated
+            raise RuntimeError(_TWICE)
         queries, keys, values, mask, score_bias, attended, maximum, normaliser = (
             ctx.saved_tensors
         )
