@@ -26,6 +26,18 @@ def qkv(seq_q=SEQ_Q, seq=SEQ, dtype=torch.float64, batch=(B, HEADS)):
     return make(seq_q, KEY), make(seq, KEY), make(seq, VAL)
 
 
+def assert_same_values_and_gradients(got, expected, inputs, tol):
+    """``got`` equals ``expected``, and so do their gradients for ``inputs``."""
+    torch.testing.assert_close(got, expected, atol=tol, rtol=0)
+    for ours, reference in zip(
+        torch.autograd.grad(got.sum(), inputs),
+        torch.autograd.grad(expected.sum(), inputs),
+        strict=True,
+    ):
+        assert ours.shape == reference.shape
+        torch.testing.assert_close(ours, reference, atol=tol, rtol=0)
+
+
 def random_mask(*shape):
     """Random, with a fully masked query row and a fully masked block of 8 x 8."""
     mask = torch.rand(*shape) > 0.3
@@ -134,15 +146,8 @@ def test_keys_with_a_size_one_heads_axis_and_a_bias_per_key_broadcast():
     bias = torch.randn(1, SEQ, dtype=torch.float64, requires_grad=True)  # ALiBi-like
     got = blockwise_attention(queries, keys, values, block=9, score_bias=bias)
     expected = nt.attention(queries, keys, values, score_bias=bias)
-    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
     inputs = (queries, keys, values, bias)
-    for ours, reference in zip(
-        torch.autograd.grad(got.sum(), inputs),
-        torch.autograd.grad(expected.sum(), inputs),
-        strict=True,
-    ):
-        assert ours.shape == reference.shape
-        torch.testing.assert_close(ours, reference, atol=1e-10, rtol=0)
+    assert_same_values_and_gradients(got, expected, inputs, 1e-10)
 
 
 @pytest.mark.parametrize("grows", ["values", "mask"])
@@ -158,14 +163,7 @@ def test_values_or_a_mask_with_more_batch_axes_than_the_scores_broadcast(grows):
     with nt.shape_checks(False):
         got = blockwise_attention(queries, keys, values, mask, block=8)
         expected = nt.attend(nt.attention_weights(queries, keys, mask), values)
-        torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
-        inputs = (queries, keys, values)
-        for ours, reference in zip(
-            torch.autograd.grad(got.sum(), inputs),
-            torch.autograd.grad(expected.sum(), inputs),
-            strict=True,
-        ):
-            torch.testing.assert_close(ours, reference, atol=1e-10, rtol=0)
+        assert_same_values_and_gradients(got, expected, (queries, keys, values), 1e-10)
 
 
 def test_second_derivatives_are_refused_in_one_line():
@@ -318,15 +316,8 @@ def test_dropout_in_one_block_draws_the_materialising_paths_mask():
     torch.manual_seed(3)
     weights = nt.attention_weights(queries, keys, mask)
     expected = nt.attend(nt.dropout(weights, 0.4, True), values)
-    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
     assert not torch.allclose(got, nt.attention(queries, keys, values, mask))
-    inputs = (queries, keys, values)
-    for ours, theirs in zip(
-        torch.autograd.grad(got.sum(), inputs),
-        torch.autograd.grad(expected.sum(), inputs),
-        strict=True,
-    ):
-        torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+    assert_same_values_and_gradients(got, expected, (queries, keys, values), 1e-12)
 
 
 def test_dropout_over_many_blocks_keeps_zeros_for_blocked_queries():
