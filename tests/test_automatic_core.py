@@ -10,7 +10,13 @@ import torch.nn.functional as F
 import named_transformer as nt
 from named_transformer.core import blockwise
 from named_transformer.core.attention import attend, attention_weights
-from named_transformer.core.blockwise import BLOCK, CROSSOVER, automatic_block
+from named_transformer.core.blockwise import (
+    BLOCK,
+    CROSSOVER,
+    GPU_BLOCK,
+    GPU_CROSSOVER,
+    automatic_block,
+)
 from named_transformer.models.cores import AUTOMATIC, MATERIALISE, Blockwise
 from named_transformer.models.relative import RelativeMultiHeadAttention
 
@@ -58,6 +64,11 @@ def test_the_rule():
     assert automatic_block(1, 100_000) is None  # a decoding step: one row per query
     assert automatic_block(4096, 4096, dropout=0.1) is None
     assert automatic_block(4096, 4096, value_term=True) is None
+    # a GPU: kernel launches, not caches, decide (see the blockwise page)
+    assert automatic_block(CROSSOVER, CROSSOVER, device="cpu") == BLOCK
+    assert automatic_block(GPU_CROSSOVER - 1, 10_000, device="cuda") is None
+    assert automatic_block(GPU_CROSSOVER, GPU_CROSSOVER, device="cuda:0") == GPU_BLOCK
+    assert automatic_block(4096, 4096, dropout=0.1, device="cuda") is None
     q, k, _ = inputs()
     assert AUTOMATIC.choose(q, k, 0.0, False) == Blockwise(BLOCK)
     assert AUTOMATIC.choose(q[..., :9, :], k, 0.0, False) is MATERIALISE

@@ -230,6 +230,8 @@ def test_every_public_function_of_the_core_has_a_case():
         "automatic_block",  # the core's rule, from the sizes
         "BLOCK",  # constants
         "CROSSOVER",
+        "GPU_BLOCK",
+        "GPU_CROSSOVER",
     }  # no tensors
     missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"

@@ -123,7 +123,7 @@ def attention(
     function, without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory.
     ``attend(attention_weights(...), values)`` always materialises.
     """
-    block = automatic_block(queries.shape[-2], keys.shape[-2])
+    block = automatic_block(queries.shape[-2], keys.shape[-2], device=queries.device)
     if block is not None:  # the same function, a block of scores at a time
         return blockwise_attention(
             queries, keys, values, mask, block, score_bias=score_bias

@@ -137,8 +137,9 @@ class Automatic(Core):
     ) -> Core:
         """The core this call runs on."""
         block = automatic_block(
-            queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term
-        )
+            queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term,
+            device=queries.device,
+        )  # fmt: skip
         return MATERIALISE if block is None else Blockwise(block)
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
