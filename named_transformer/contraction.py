@@ -63,8 +63,9 @@ def _recording_a_graph() -> bool:
 @dataclass(frozen=True)
 class _Plan:
     """One contraction as ``torch.matmul``: the first operand laid out as
-    (batch…, free, contracted), the second as (batch…, contracted, free), the product
-    (batch…, first's free, second's free) moved to the output's order.
+    (batch…, free, contracted), the second as (batch…, contracted, free), and
+    the product (batch…, first's free, second's free) moved to the output's
+    order.
 
     ``batch``, ``first_free``, ``contracted`` and ``second_free`` count axes; the
     permutations are None where the layout already fits.
