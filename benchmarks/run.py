@@ -18,6 +18,7 @@ import torch
 import named_transformer as nt
 from benchmarks import (
     attention_core,
+    checks,
     decoding,
     inside,
     modules,
@@ -66,6 +67,7 @@ def main() -> None:
         print(attention_core.default_vs_pytorch(args.quick))
     print(decoding.step_breakdown(args.quick))
     print(smollm2.smollm2(args.quick))
+    print(checks.check_cost(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 

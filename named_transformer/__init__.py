@@ -386,7 +386,7 @@ __all__ = [
     "repeated_tokens",
     "residual_stream",
 ]
-__version__ = "0.6.1"
+__version__ = "0.7.0"
 
 
 def __getattr__(name: str) -> object:

@@ -1,0 +1,198 @@
+"""The quick shape check gives jaxtyping's and beartype's verdict, faster.
+
+``checked`` first runs :class:`~named_transformer.axes._QuickCheck`, its own reading of
+the annotations; a call it rejects goes through ``jaxtyped(typechecker=beartype)``.
+These tests draw annotations, shapes and dtypes at random and require the two verdicts
+to agree, argument by argument and for the result, and require every checked function
+in the package to be readable by the quick check (so that a jaxtyping that moves what
+it reads is noticed here, not as a slowdown).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from typing import Any
+
+import pytest
+import torch
+from beartype import beartype
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
+
+import named_transformer
+import named_transformer as nt
+from named_transformer.axes import _CONF, _FullCheck, _QuickCheck, checked
+
+KINDS = {"Float": Float, "Int": Int, "Bool": Bool, "Shaped": Shaped}
+DTYPES = [torch.float32, torch.float64, torch.int64, torch.bool]
+
+
+@st.composite
+def annotation(draw) -> tuple[str, str]:
+    """A dtype kind and an axes string of the grammar the package uses: names (some
+    broadcastable), numbers, ``_``, and at most one ``*name``, ``*#name`` or ``...``."""
+    axes = draw(
+        st.lists(
+            st.sampled_from(["a", "b", "c", "#a", "#b", "1", "2", "_"]),
+            max_size=3,
+        )
+    )
+    variadic = draw(st.sampled_from([None, "*batch", "*#batch", "..."]))
+    if variadic is not None:
+        axes.insert(draw(st.integers(0, len(axes))), variadic)
+    return draw(st.sampled_from(sorted(KINDS))), " ".join(axes)
+
+
+@st.composite
+def tensor(draw) -> torch.Tensor | None:
+    if draw(st.integers(0, 9)) == 0:
+        return None
+    shape = draw(st.lists(st.sampled_from([1, 2, 3]), max_size=5))
+    return torch.zeros(shape, dtype=draw(st.sampled_from(DTYPES)))
+
+
+def hint(kind: str, axes: str, optional: bool):
+    array = KINDS[kind][torch.Tensor, axes]
+    return array | None if optional else array
+
+
+def function_of(hints: list, result) -> object:
+    """``f(x0, x1, x2, out)`` returning ``out``, with ``hints`` on x0..x2 and
+    ``result`` on its return."""
+
+    def f(x0, x1, x2, out):
+        return out
+
+    f.__annotations__ = {"x0": hints[0], "x1": hints[1], "x2": hints[2]}
+    f.__annotations__["return"] = result
+    return f
+
+
+def full_verdict(fn, *args) -> bool:
+    try:
+        jaxtyped(typechecker=beartype(conf=_CONF))(fn)(*args)
+    except TypeCheckError:
+        return False
+    return True
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(st.tuples(annotation(), st.booleans(), tensor()), min_size=4, max_size=4)
+)
+def test_the_quick_verdict_is_jaxtypings(drawn):
+    """Arguments and result together: the quick check accepts exactly what
+    jaxtyping with beartype accepts; and ``checked`` raises exactly when they do."""
+    hints = [hint(kind, axes, optional) for (kind, axes), optional, _ in drawn]
+    args = [value for _, _, value in drawn]
+    fn = function_of(hints[:3], hints[3])
+    quick = _QuickCheck(fn)
+    axes = quick.arguments(tuple(args), {})
+    quick_accepts = axes is not None and quick.fits(args[3], axes)
+    expected = full_verdict(fn, *args)
+    assert quick_accepts == expected
+    try:
+        checked(fn)(*args)
+    except TypeCheckError:
+        assert not expected
+    else:
+        assert expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(annotation(), tensor()), min_size=3, max_size=3))
+def test_the_quick_verdict_on_arguments_alone(drawn):
+    """With no return annotation the verdict is the arguments' alone."""
+    hints = [KINDS[kind][torch.Tensor, axes] for (kind, axes), _ in drawn]
+    args = [value for _, value in drawn]
+
+    def f(x0, x1, x2):
+        return None
+
+    f.__annotations__ = {"x0": hints[0], "x1": hints[1], "x2": hints[2]}
+    quick = _QuickCheck(f)
+    accepted = quick.arguments(tuple(args), {}) is not None
+    assert accepted == full_verdict(f, *args)
+
+
+def test_keywords_defaults_and_plain_hints():
+    """Arguments by keyword, a default left out, a float given an int (PEP 484's
+    tower), a union with a plain class, a tuple of results."""
+
+    def f(
+        x: Float[torch.Tensor, "*batch a"],
+        scale: float = 1.0,
+        extra: Any = None,
+        *,
+        offset: int | Int[torch.Tensor, " 1"] = 0,
+        mask: Bool[torch.Tensor, "*#batch a"] | None = None,
+    ) -> tuple[Float[torch.Tensor, "*batch a"], Float[torch.Tensor, " a"]]:
+        return x, x[(0,) * (x.ndim - 1)]
+
+    quick = _QuickCheck(f)
+    x = torch.zeros(2, 3, 4)
+    cases = [
+        ((x,), {}),
+        ((x, 2), {"offset": torch.tensor([1])}),
+        ((x,), {"scale": 0.5, "mask": torch.ones(1, 3, 4, dtype=torch.bool)}),
+        ((x, 1.0, object()), {}),
+        ((x,), {"mask": torch.ones(3, 5, dtype=torch.bool)}),  # a: 5, not 4
+        ((x, "2"), {}),  # a string for a float
+        ((x,), {"offset": torch.tensor([1, 2])}),  # two entries, not one
+    ]
+    for args, kwargs in cases:
+        axes = quick.arguments(args, kwargs)
+        accepted = axes is not None and quick.fits(f(*args, **kwargs), axes)
+        try:
+            jaxtyped(typechecker=beartype(conf=_CONF))(f)(*args, **kwargs)
+        except TypeCheckError:
+            assert not accepted, (args, kwargs)
+        else:
+            assert accepted, (args, kwargs)
+
+
+def test_a_wrong_result_is_named():
+    @checked
+    def wrong(x: Float[torch.Tensor, "a b"]) -> Float[torch.Tensor, "b a"]:
+        return x
+
+    assert wrong(torch.zeros(2, 2)).shape == (2, 2)  # right by size, as in jaxtyping
+    with pytest.raises(TypeCheckError, match="return value of .*wrong") as caught:
+        wrong(torch.zeros(2, 3))
+    assert "Expected type: Float[Tensor, 'b a']" in str(caught.value)  # jaxtyping's
+
+
+def test_a_wrong_argument_still_gets_the_full_message():
+    with pytest.raises(TypeCheckError) as caught:
+        nt.attention(torch.randn(3, 4), torch.randn(5, 6), torch.randn(5, 2))
+    first = str(caught.value).splitlines()[0]
+    assert first == "axis 'key' is 4 in argument 'queries' but 6 in argument 'keys'"
+
+
+def _checked_in_package():
+    """Every ``checked`` function and method of the package, by name."""
+    found = {}
+    for info in pkgutil.walk_packages(named_transformer.__path__, "named_transformer."):
+        if info.name.endswith("__main__"):  # the command line, which runs on import
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            members = [(name, value)]
+            if inspect.isclass(value) and value.__module__ == module.__name__:
+                members += [(f"{name}.{k}", v) for k, v in vars(value).items()]
+            for label, member in members:
+                if hasattr(member, "quick_check"):
+                    found[f"{module.__name__}.{label}"] = member
+    return found
+
+
+def test_every_checked_function_in_the_package_is_read_by_the_quick_check():
+    found = _checked_in_package()
+    assert len(found) > 100
+    unread = [
+        name for name, fn in found.items() if isinstance(fn.quick_check(), _FullCheck)
+    ]
+    assert unread == []
