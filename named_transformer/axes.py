@@ -165,7 +165,8 @@ def checked(fn: _F) -> _F:
     def check(*args: Any, **kwargs: Any) -> Any:
         if jaxtyping.config.jaxtyping_disable:  # off: no check, nothing to explain
             return fn(*args, **kwargs)
-        quick = read_quick()
+        # while torch.compile traces: the full check, which it has always traced
+        quick = _FULL if torch.compiler.is_compiling() else read_quick()
         axes = quick.arguments(args, kwargs)
         if axes is not None:
             result = fn(*args, **kwargs)
@@ -206,14 +207,18 @@ class _QuickCheck:
     never accepts what the full one rejects; a test draws annotations and shapes to
     show the verdicts agree). A list, tuple or mapping of tensors is checked item by
     item, where beartype checks one item it draws. A function whose annotations it
-    cannot read (an axis written as an expression of others) takes the full check.
+    cannot read takes the full check: an axis written as an expression of others, an
+    ``Annotated`` or ``Iterable`` hint with tensors inside, annotated ``**kwargs``, a
+    union of tensors with different axes, names that do not resolve at the first call.
+    No jaxtyping table is open while the function runs: an ``isinstance`` against a
+    jaxtyping annotation inside it binds its own axes (the package makes none).
     """
 
     def __init__(self, fn: Callable) -> None:
         hints = _hints(fn) if AbstractArray is not None else None
-        parameters = list(inspect.signature(fn).parameters.values())
         if hints is None:
             raise _Unreadable
+        parameters = list(inspect.signature(fn).parameters.values())
         kinds = {p.kind: p.name for p in parameters}
         if hints.get(kinds.get(_P.VAR_KEYWORD), Any) is not Any:
             raise _Unreadable  # **keywords annotated: beartype checks each of them
@@ -247,8 +252,6 @@ class _QuickCheck:
 
     def arguments(self, args: tuple, kwargs: dict) -> _Axes | None:
         """The axis sizes the arguments bind, or None where the full check decides."""
-        if torch.compiler.is_compiling():
-            return None
         if len(args) > len(self.positional) and not self.more_positions:
             return None  # too many: the full check raises the binding's error
         for name in kwargs:
@@ -266,7 +269,7 @@ class _QuickCheck:
             elif name in kwargs:
                 value = kwargs[name]
             else:
-                continue  # a default: neither beartype nor jaxtyping checks it
+                continue  # left to its default (unchecked), or missing: Python says
             if not check(value, axes):
                 return None
         return axes
@@ -280,7 +283,8 @@ class _QuickCheck:
 
 
 class _FullCheck:
-    """A function the quick check cannot read: every call goes to the full check."""
+    """A function the quick check cannot read: every call goes to the full check (so
+    it needs no ``fits``)."""
 
     def arguments(self, args: tuple, kwargs: dict) -> None:
         return None
@@ -311,7 +315,7 @@ def _each(check: _Check, values: tuple, axes: _Axes) -> bool:
 
 def _hints(fn: Callable) -> dict[str, Any] | None:
     try:
-        return typing.get_type_hints(fn)
+        return typing.get_type_hints(fn, include_extras=True)
     except Exception:  # a name that does not resolve: beartype's problem, not ours
         return None
 
@@ -343,7 +347,7 @@ def _check_of(hint: Any) -> _Check:
         return lambda value, axes: (
             isinstance(value, tuple)
             and len(value) == len(checks)
-            and all(check(v, axes) for check, v in zip(checks, value, strict=True))
+            and all(check(v, axes) for check, v in zip(checks, value, strict=False))
         )
     if origin in (tuple, list, abc.Sequence):  # every item (beartype draws one)
         check = _check_of(items[0])
@@ -356,9 +360,9 @@ def _check_of(hint: Any) -> _Check:
             isinstance(value, origin)
             and all(key(k, axes) and entry(v, axes) for k, v in value.items())
         )
-    if origin in (abc.Iterator, abc.Iterable):  # beartype cannot look inside either
+    if origin is abc.Iterator:  # beartype cannot look inside without consuming it
         return lambda value, axes: isinstance(value, origin)
-    raise _Unreadable
+    raise _Unreadable  # Annotated, Iterable (beartype checks an item of a list)...
 
 
 def _is_union(hint: Any) -> bool:
@@ -367,9 +371,8 @@ def _is_union(hint: Any) -> bool:
 
 class _UnionCheck:
     """``A | B | None``: None, then the array members for a tensor (alike but for their
-    dtypes), the one member with arrays inside for anything else that member's
-    container holds, else the plain members. A value the array members reject goes to
-    the full check, even where a plain member (``Tensor``) would take it."""
+    dtypes), the one member with arrays inside for a value of its container's type,
+    then the plain members (``Tensor``)."""
 
     def __init__(self, members: tuple[Any, ...]) -> None:
         self.none = type(None) in members
@@ -388,7 +391,13 @@ class _UnionCheck:
         if value is None and self.none:
             return True
         if self.arrays and isinstance(value, torch.Tensor):
-            return any(array(value, axes) for array in self.arrays)
+            if self.plain is None:
+                return any(array(value, axes) for array in self.arrays)
+            before = _Axes(dict(axes.single), dict(axes.variadic))
+            if any(array(value, axes) for array in self.arrays):
+                return True
+            axes.single.clear(), axes.variadic.clear()  # what the arrays bound: gone
+            axes.single.update(before.single), axes.variadic.update(before.variadic)
         if self.inside is not None and isinstance(value, self.container):
             return self.inside(value, axes)
         return self.plain is not None and self.plain(value, axes)
@@ -418,12 +427,14 @@ class _ArrayCheck:
 
     The rule is written out here for the common case, which it decides in a fraction
     of jaxtyping's time: each named axis bound once (``#name`` of size 1 passes), each
-    number equal, a variadic ``*batch`` equal to the one bound before. Variadic axes
-    that differ from those bound before, and may broadcast (``*#batch``), go to
-    jaxtyping's own rule.
+    number equal, a variadic ``*batch`` bound the first time and equal to it after.
+    Variadic axes that differ from those bound before (which ``*#batch`` allows where
+    they broadcast) go to jaxtyping's own rule.
     """
 
     def __init__(self, array: type) -> None:
+        if array.array_type is Any or not isinstance(array.array_type, type):
+            raise _Unreadable  # Float[Any, ...]: anything with a shape and a dtype
         self.array, self.rank = array, len(array.dims)
         self.split = array.index_variadic  # where *batch or ... sits, if anywhere
         #: (position, name or None for a number, size, may broadcast) of each axis

@@ -13,14 +13,17 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from typing import Any
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 import pytest
 import torch
 from beartype import beartype
+from beartype.vale import Is
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jaxtyping import Bool, Float, Int, Shaped, TypeCheckError, jaxtyped
+from torch import Tensor
 
 import named_transformer
 import named_transformer as nt
@@ -152,6 +155,43 @@ def test_keywords_defaults_and_plain_hints():
             assert not accepted, (args, kwargs)
         else:
             assert accepted, (args, kwargs)
+
+
+def test_hints_beyond_the_quick_check_get_the_full_verdict():
+    """``Annotated`` validators, an ``Iterable`` of tensors (beartype checks an item of
+    a list), ``Float[Any, ...]``, a union with ``Tensor``: the same verdict as the
+    full check, and the function runs once."""
+    calls = []
+
+    def positive(x: Float[torch.Tensor, " n"], k: Annotated[int, Is[lambda k: k > 0]]):
+        return x
+
+    def items(xs: Iterable[Float[torch.Tensor, " n"]]) -> int:
+        return len(list(xs))
+
+    def anything(x: Float[Any, " n"]) -> Float[Any, " n"]:
+        return x
+
+    def either(x: Float[torch.Tensor, " n"]) -> Float[torch.Tensor, " n"] | Tensor:
+        calls.append(x)
+        return torch.zeros(4)
+
+    cases = [
+        (positive, (torch.ones(3), -2)),
+        (positive, (torch.ones(3), 2)),
+        (items, ([torch.ones(3, dtype=torch.int64)],)),
+        (items, ([torch.ones(3)],)),
+        (anything, (torch.zeros(2),)),
+        (either, (torch.zeros(3),)),
+    ]
+    for fn, args in cases:
+        try:
+            checked(fn)(*args)
+        except TypeCheckError:
+            assert not full_verdict(fn, *args), fn.__name__
+        else:
+            assert full_verdict(fn, *args), fn.__name__
+    assert len(calls) == 2  # once through checked, once through the full check
 
 
 def test_a_wrong_result_is_named():
