@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
 import operator
 import re
 import types
@@ -423,13 +424,14 @@ def _plain_check(hint: Any) -> _Check:
 # --8<-- [start:array_check]
 class _ArrayCheck:
     """``Float[Tensor, "*batch seq key"]``: its dtype, then its axes by jaxtyping's
-    rule (``_check_shape``), against the call's table of sizes.
+    rule (``_check_shape`` in ``jaxtyping._array_types``), against the call's table of
+    sizes.
 
     The rule is written out here for the common case, which it decides in a fraction
     of jaxtyping's time: each named axis bound once (``#name`` of size 1 passes), each
-    number equal, a variadic ``*batch`` bound the first time and equal to it after.
-    Variadic axes that differ from those bound before (which ``*#batch`` allows where
-    they broadcast) go to jaxtyping's own rule.
+    number equal, a variadic ``*batch`` bound the first time and equal to it after;
+    ``*#batch`` may differ where the two broadcast, jaxtyping then recording the
+    broadcast shape.
     """
 
     def __init__(self, array: type) -> None:
@@ -479,13 +481,25 @@ class _ArrayCheck:
         if self.variadic is None:
             return True
         name, broadcastable = self.variadic
-        part = shape[self.split : len(shape) - (self.rank - self.split - 1)]
+        part = tuple(shape[self.split : len(shape) - (self.rank - self.split - 1)])
         bound = axes.variadic.get(name)
-        if bound is None or (bound[1] == part and bound[0]):
-            axes.variadic[name] = (broadcastable, part)  # as jaxtyping records it
-        elif bound[1] != part:  # broadcasting, or a mismatch: jaxtyping's own rule
-            return self.array._check_shape(value, single, axes.variadic, {}) == ""
-        return True
+        if bound is None:
+            axes.variadic[name] = (broadcastable, part)
+            return True
+        was_broadcastable, before = bound
+        if part == before:  # the common case: the same batch axes again
+            if was_broadcastable:
+                axes.variadic[name] = (broadcastable, part)  # as jaxtyping records it
+            return True
+        if not (was_broadcastable or broadcastable):
+            return False
+        joint = _broadcast(part, before)
+        if was_broadcastable:  # *#batch before: the joint shape, which *batch must be
+            if joint is None or (not broadcastable and joint != part):
+                return False
+            axes.variadic[name] = (broadcastable, joint)
+            return True
+        return joint == before  # *batch before: *#batch must broadcast to it
 
     def _dtype_fits(self, dtype: torch.dtype) -> bool:
         """jaxtyping's dtype rule: the dtype's name (``float32``) among the hint's."""
@@ -496,6 +510,18 @@ class _ArrayCheck:
             name == wanted if isinstance(wanted, str) else bool(wanted.match(name))
             for wanted in self.array.dtypes
         )
+
+
+def _broadcast(
+    first: tuple[int, ...], second: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The shape both broadcast to (NumPy's rule, as jaxtyping uses), or None."""
+    joint = []
+    for a, b in itertools.zip_longest(reversed(first), reversed(second), fillvalue=1):
+        if a != b and 1 not in (a, b):
+            return None
+        joint.append(b if a == 1 else a)
+    return tuple(reversed(joint))
 
 
 # --8<-- [end:array_check]

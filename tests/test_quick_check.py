@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import pkgutil
 from collections.abc import Iterable
 from typing import Annotated, Any
 
+import numpy as np
 import pytest
 import torch
 from beartype import beartype
@@ -27,7 +29,13 @@ from torch import Tensor
 
 import named_transformer
 import named_transformer as nt
-from named_transformer.axes import _CONF, _FullCheck, _QuickCheck, checked
+from named_transformer.axes import (
+    _CONF,
+    _broadcast,
+    _FullCheck,
+    _QuickCheck,
+    checked,
+)
 
 KINDS = {"Float": Float, "Int": Int, "Bool": Bool, "Shaped": Shaped}
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.bool]
@@ -53,7 +61,7 @@ def annotation(draw) -> tuple[str, str]:
 def tensor(draw) -> torch.Tensor | None:
     if draw(st.integers(0, 9)) == 0:
         return None
-    shape = draw(st.lists(st.sampled_from([1, 2, 3]), max_size=5))
+    shape = draw(st.lists(st.sampled_from([0, 1, 2, 3, 3]), max_size=5))
     return torch.zeros(shape, dtype=draw(st.sampled_from(DTYPES)))
 
 
@@ -119,6 +127,18 @@ def test_the_quick_verdict_on_arguments_alone(drawn):
     quick = _QuickCheck(f)
     accepted = quick.arguments(tuple(args), {}) is not None
     assert accepted == full_verdict(f, *args)
+
+
+def test_broadcast_shapes_as_numpy_does():
+    """``*#batch`` records the shape its sizes broadcast to: NumPy's rule, which
+    jaxtyping calls."""
+    shapes = [s for n in range(4) for s in itertools.product([0, 1, 2, 3], repeat=n)]
+    for first, second in itertools.product(shapes, repeat=2):
+        try:
+            expected = tuple(int(n) for n in np.broadcast_shapes(first, second))
+        except ValueError:
+            expected = None
+        assert _broadcast(first, second) == expected, (first, second)
 
 
 def test_keywords_defaults_and_plain_hints():
