@@ -74,7 +74,7 @@ def _attention_row(seq: int, calls: int, repeats: int) -> list:
     q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
     mask = nt.causal_mask(seq)
     return _row(
-        "nt.attention vs SDPA", f"seq {seq}",
+        "nt.attention", f"seq {seq}",
         lambda: nt.attention(q, k, v, mask),
         lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
         calls, repeats,
@@ -84,7 +84,7 @@ def _attention_row(seq: int, calls: int, repeats: int) -> list:
 def _module_row(ours, theirs, seq: int, calls: int, repeats: int) -> list:
     x, mask = torch.randn(1, seq, 512), nt.causal_mask(seq)
     return _row(
-        "MultiHeadAttention vs nn.MultiheadAttention", f"seq {seq}",
+        "MultiHeadAttention", f"seq {seq}",
         lambda: ours(x, mask=mask),
         lambda: theirs(x, x, x, attn_mask=~mask, need_weights=False),
         calls, repeats,
@@ -102,7 +102,7 @@ def _decoding_row(quick: bool, repeats: int) -> list:
     model = LanguageModel(100, config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
     return _row(
-        "cached decoding step vs PyTorch primitives", f"{tokens} tokens",
+        "cached decoding step", f"{tokens} tokens",
         lambda: greedy(IncrementalDecoder(model), prompt, tokens),
         lambda: greedy(_PyTorchCachedStep(model, tokens), prompt, tokens),
         1, repeats, units=tokens,
@@ -128,7 +128,8 @@ def check_cost(quick: bool) -> str:
     return table(
         "19. What the shape checks cost a plain call: off, the quick check (the "
         "default), jaxtyping's and beartype's full check (the default before 0.7.0); "
-        "forward, no gradient",
+        "forward, no gradient; PyTorch: SDPA, nn.MultiheadAttention, the "
+        "PyTorch-primitives step (ms a token)",
         header,
         rows,
     )
