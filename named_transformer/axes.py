@@ -199,8 +199,8 @@ class _QuickCheck:
 
     jaxtyping with beartype binds the signature, pushes a table of axis sizes, checks
     every argument through beartype's generated code, calls the function, then checks
-    the arguments again together with the result: about 60 µs for ``layer_norm``'s
-    three tensors, as much as its arithmetic on 64 positions. This check reads each
+    the arguments again together with the result: a checked ``layer_norm`` on 64 × 512
+    took 67 µs more than an unchecked one, half its arithmetic. This check reads each
     annotation once, into the axes and dtypes jaxtyping parsed from it, and on each
     call applies jaxtyping's shape rule (:class:`_ArrayCheck`) argument by argument,
     in the signature's order as beartype does, to a fresh table of sizes. Arguments it

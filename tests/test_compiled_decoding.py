@@ -31,9 +31,7 @@ def _decoders(kind: str, model, capacity: int, backend):
 )  # fmt: skip
 def test_compiled_decoding_equals_the_cache(kind, positions, norm_first):
     model = model_for(kind, positions, norm_first, 3)
-    start = torch.randint(
-        4, VOCAB, (2, 3)
-    )  # a prompt of three tokens goes in one at a time
+    start = torch.randint(4, VOCAB, (2, 3))  # a prompt of three tokens: one pass
     compiled, cached = _decoders(kind, model, 9, "eager")
     ours, reference = greedy(compiled, start, 6), greedy(cached, start, 6)
     assert torch.equal(ours.tokens, reference.tokens)
@@ -53,6 +51,27 @@ def test_one_graph_serves_every_position_and_every_decoder():
     for _ in range(2):
         greedy(CompiledDecoder(model, capacity=8, backend=counting), start, 6)
     assert len(graphs) == 1
+
+
+def test_a_prompt_goes_in_one_eager_pass_then_one_compiled_step_a_token():
+    steps = []
+
+    def counting(graph, example_inputs):
+        def run(*args):
+            steps.append(args)
+            return graph.forward(*args)
+
+        return run
+
+    torch._dynamo.reset()
+    model = model_for("decoder-only", "sinusoidal", False, 4)
+    start = torch.randint(4, VOCAB, (2, 5))
+    ours = greedy(CompiledDecoder(model, capacity=9, backend=counting), start, 4)
+    reference = greedy(IncrementalDecoder(model), start, 4)
+    # greedy's log-probabilities come from the prompt's pass and three compiled steps
+    assert len(steps) == 3
+    assert torch.equal(ours.tokens, reference.tokens)
+    torch.testing.assert_close(ours.log_probs, reference.log_probs, rtol=0, atol=1e-10)
 
 
 def test_beam_search_reorders_the_fixed_cache():

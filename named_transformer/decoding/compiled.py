@@ -15,6 +15,10 @@ $$M_i = \begin{cases} 0 & i \le j \\ -\infty & i > j \end{cases}
 which gives every slot after $j$ the weight 0: the same output as attending over the
 $j + 1$ positions seen (a test checks it). The position $j$ enters the step as a tensor,
 not as a Python number, so one compiled graph serves every position.
+
+A prompt goes through the same step eagerly, all its tokens at once: each query $j$
+of the prompt sees the slots $i \le j$, one product per weight for the whole prompt
+instead of one compiled step per token.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ class CompiledDecoder(IncrementalDecoder):
     the start. The first call compiles the step (tens of seconds with the default
     ``backend="inductor"``); later calls, and later decoders of the same model, batch
     size and capacity, reuse it. A new batch size or capacity compiles again
-    (``torch.compile`` keeps up to 8 versions of one function). The step runs with shape
-    checks off: they cannot run inside a compiled graph. The model must be in eval mode
+    (``torch.compile`` keeps up to 8 versions of one function). The compiled step runs
+    with shape checks off: they cannot run inside a compiled graph. Several new tokens
+    (a prompt) go through the same step eagerly, in one pass, before the compiled step
+    takes one token at a time. The model must be in eval mode
     (its position table is read once). Its self-attention may be ordinary, rotary
     (:class:`~named_transformer.models.rotary.RotaryMultiHeadAttention`) or ALiBi
     (:class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`): their angles
@@ -113,47 +119,54 @@ class CompiledDecoder(IncrementalDecoder):
             )
         if self.caches[0].keys is None:
             self._allocate(tokens.shape[0])
-        with shape_checks(False):
-            # a prompt goes in one token at a time
-            for position in range(self.length, tokens.shape[-1]):
-                where = torch.tensor([position], device=tokens.device)
-                # a fresh copy: a slice of tokens would have strides that
-                # change every step
-                new = tokens[:, position : position + 1].clone(
-                    memory_format=torch.contiguous_format
-                )
-                log_probs = self._compiled(new, where)
+        first = torch.tensor([self.length], device=tokens.device)
+        if tokens.shape[-1] - self.length > 1:  # a prompt: eagerly, in one pass
+            log_probs = self._step_at(tokens[:, self.length :], first)
+        else:
+            # a fresh copy: a slice of tokens would have strides that change every step
+            new = tokens[:, self.length :].clone(memory_format=torch.contiguous_format)
+            with shape_checks(False):
+                log_probs = self._compiled(new, first)
         self.length = tokens.shape[-1]
         return log_probs[:, -1]
 
-    def _step_at(self, new: Tensor, position: Tensor) -> Tensor:
-        """The one-token step at ``position`` (a tensor of one element): the same shapes
-        at every position."""
+    def _step_at(self, new: Tensor, first: Tensor) -> Tensor:
+        """The step of the tokens ``new`` from position ``first`` (a tensor of one
+        element): one token, the same shapes at every position, when compiled."""
+        positions = _positions(first, new.shape[-1])
         hidden = add_positions(
-            self.embedding(new), self.position_table.index_select(0, position)
+            self.embedding(new), self.position_table.index_select(0, positions)
         )
-        return self._layers_and_output(hidden, None, position)
+        return self._layers_and_output(hidden, None, first)
 
     def _remember(
         self,
         entry: _LayerCache,
         keys: Tensor,
         values: Tensor,
-        position: Tensor,
+        first: Tensor,
         mask: None,
     ):
-        """Write slot ``position`` of the fixed buffers; attend over every slot, masking
-        those after it (and, under a sliding window, those before the window)."""
-        entry.keys.index_copy_(  # allow-raw: write one slot of seq in place
-            -2, position, keys
+        """Write the slots from ``first`` on of the fixed buffers; attend over every
+        slot, each query masking those after its own (and, under a sliding window,
+        those before the window)."""
+        written = _positions(first, keys.shape[-2])
+        entry.keys.index_copy_(  # allow-raw: write the new slots of seq in place
+            -2, written, keys
         )
-        entry.values.index_copy_(  # allow-raw: write one slot of seq in place
-            -2, position, values
+        entry.values.index_copy_(  # allow-raw: write the new slots of seq in place
+            -2, written, values
         )
-        seen = self.slots <= position
+        query = rearrange(written, "seq_q -> seq_q 1")
+        seen = self.slots <= query
         if self.window is not None:  # the buffers stay capacity-sized
-            seen = seen & (self.slots > position - self.window)
-        return entry.keys, entry.values, rearrange(seen, "seq -> 1 seq")  # seq_q = 1
+            seen = seen & (self.slots > query - self.window)
+        return entry.keys, entry.values, seen
+
+
+def _positions(first: Tensor, count: int) -> Tensor:
+    """``count`` positions from ``first`` (a tensor of one element) on."""
+    return first + torch.arange(count, device=first.device)
 
 
 # --8<-- [end:CompiledDecoder]
