@@ -229,10 +229,11 @@ class _QuickCheck:
         self.positional = tuple(p.name for p in parameters if p.kind in _POSITIONAL)
         self.names = frozenset(p.name for p in parameters if p.kind not in _STARRED)
         #: (position, or _REST for *args, or None; name; check) of each annotated
-        #: parameter, in the signature's order
+        #: parameter, in the signature's order; *args checked item by item
         self.checks = [
-            (_REST if p.kind is _P.VAR_POSITIONAL else
-             self.positional.index(p.name) if p.name in self.positional else None,
+            (_REST, p.name, functools.partial(_each, _check_of(hints[p.name])))
+            if p.kind is _P.VAR_POSITIONAL else
+            (self.positional.index(p.name) if p.name in self.positional else None,
              p.name, _check_of(hints[p.name]))
             for p in parameters if p.name in hints and p.kind is not _P.VAR_KEYWORD
         ]  # fmt: skip
@@ -265,7 +266,6 @@ class _QuickCheck:
         for position, name, check in self.checks:
             if position == _REST:
                 value = args[len(self.positional) :]
-                check = functools.partial(_each, check)
             elif position is not None and position < len(args):
                 value = args[position]
             elif name in kwargs:

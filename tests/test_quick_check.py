@@ -214,6 +214,29 @@ def test_hints_beyond_the_quick_check_get_the_full_verdict():
     assert len(calls) == 2  # once through checked, once through the full check
 
 
+def test_containers_are_checked_item_by_item_and_some_hints_take_the_full_check():
+    """The docstring's promises: every item of a list (beartype checks one it draws),
+    and the full check for annotated ``**kwargs`` and names that do not resolve."""
+
+    def listed(xs: list[Float[torch.Tensor, " n"]], y: Float[torch.Tensor, " n"]):
+        return y
+
+    quick = _QuickCheck(listed)
+    three, four = torch.zeros(3), torch.zeros(4)
+    assert quick.arguments(([three, three], three), {}) is not None
+    assert quick.arguments(([three, four], three), {}) is None  # the second item
+    assert quick.arguments(([three], four), {}) is None  # n bound by the list
+
+    def keywords(x: Float[torch.Tensor, " n"], **rest: int):
+        return x
+
+    def unresolved(x: NotDefinedAnywhere):  # noqa: F821
+        return x
+
+    for fn in (keywords, unresolved):
+        assert isinstance(checked(fn).quick_check(), _FullCheck), fn.__name__
+
+
 def test_a_wrong_result_is_named():
     @checked
     def wrong(x: Float[torch.Tensor, "a b"]) -> Float[torch.Tensor, "b a"]:
