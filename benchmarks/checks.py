@@ -30,12 +30,12 @@ from named_transformer.models.language_model import LanguageModel
 @contextlib.contextmanager
 def _full_checks() -> Iterator[None]:
     """Every checked call through jaxtyping and beartype: the quick check declines."""
-    original = axes._QuickCheck.arguments
-    axes._QuickCheck.arguments = lambda self, args, kwargs: None
+    original = axes._QuickCheck.run
+    axes._QuickCheck.run = lambda self, fn, args, kwargs: axes._REJECTED
     try:
         yield
     finally:
-        axes._QuickCheck.arguments = original
+        axes._QuickCheck.run = original
 
 
 def _three_ways(call: Callable[[], object]) -> dict[str, Callable[[], object]]:

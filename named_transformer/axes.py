@@ -154,7 +154,8 @@ def checked(fn: _F) -> _F:
     wrong, e.g. ``axis 'seq' is 8 in argument 'mask' but 9 in argument 'keys'``.
 
     A call whose arguments pass the quick check (:class:`_QuickCheck`: the same rules,
-    read once from the annotations) runs without jaxtyping's and beartype's wrappers,
+    read once from the annotations; a call like one that passed, remembered) runs
+    without jaxtyping's and beartype's wrappers,
     and its result is checked against the axes its arguments bound. Any other call
     goes through them, which accept it or raise their error; so does a call whose
     result the quick check rejects, run a second time to get their error.
@@ -168,12 +169,11 @@ def checked(fn: _F) -> _F:
             return fn(*args, **kwargs)
         # while torch.compile traces: the full check, which it has always traced
         quick = _FULL if torch.compiler.is_compiling() else read_quick()
-        axes = quick.arguments(args, kwargs)
-        if axes is not None:
-            result = fn(*args, **kwargs)
-            if quick.fits(result, axes):
-                return result
-            # a wrong result (a bug in fn): the call again, for the full check's error
+        result = quick.run(fn, args, kwargs)
+        if result is not _REJECTED:
+            return result
+        # rejected arguments, or a wrong result (a bug in fn: the call again), for
+        # the full check's verdict and its error
         try:
             return typed(*args, **kwargs)
         except TypeCheckError as error:
@@ -213,7 +213,8 @@ class _QuickCheck:
     ``Annotated`` or ``Iterable`` hint with tensors inside, annotated ``**kwargs``, a
     union of tensors with different axes, names that do not resolve at the first call.
     No jaxtyping table is open while the function runs: an ``isinstance`` against a
-    jaxtyping annotation inside it binds its own axes (the package makes none).
+    jaxtyping annotation inside it binds its own axes (the package makes none). Calls
+    like earlier ones that passed take their remembered verdict (:meth:`run`).
     """
 
     def __init__(self, fn: Callable) -> None:
@@ -238,6 +239,10 @@ class _QuickCheck:
             for p in parameters if p.name in hints and p.kind is not _P.VAR_KEYWORD
         ]  # fmt: skip
         self.returns = _check_of(hints["return"]) if "return" in hints else None
+        #: whether types, dtypes and shapes decide every verdict, and the fingerprints
+        #: of the arguments (and of arguments with results) that passed
+        self.by_type = all(_by_type(hints[name]) for name in hints)
+        self.passed: set[tuple] = set()
 
     @classmethod
     def later(cls, fn: Callable) -> Callable[[], _QuickCheck | _FullCheck]:
@@ -252,6 +257,54 @@ class _QuickCheck:
                 return _FULL
 
         return read
+
+    def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        """``fn``'s result if the arguments and the result pass, else ``_REJECTED``.
+
+        A verdict depends only on what :func:`_fingerprint` keeps of the checked
+        values (types, dtypes, shapes) when every hint is decided by them, as arrays
+        and classes are: a call like one that passed (the same fingerprints) passes
+        without being checked again.
+        """
+        key = self.key(args, kwargs)
+        axes = None
+        if key is None or key not in self.passed:
+            axes = self.arguments(args, kwargs)
+            if axes is None:
+                return _REJECTED
+            self._remember(key)
+        result = fn(*args, **kwargs)
+        outcome = None if key is None else (key, _fingerprint(result))
+        if outcome is not None and outcome in self.passed:
+            return result
+        if axes is None:  # arguments seen before: their sizes again, for the result
+            axes = self.arguments(args, kwargs)
+        if not self.fits(result, axes):
+            return _REJECTED
+        self._remember(outcome)
+        return result
+
+    def key(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The fingerprint of the arguments the verdict depends on, or None where it
+        depends on more (a hint that beartype decides from the value)."""
+        if not self.by_type:
+            return None
+        given = [len(args), *kwargs]
+        for position, name, _ in self.checks:
+            if position == _REST:
+                given.append(_fingerprint(args[len(self.positional) :]))
+            elif position is not None and position < len(args):
+                given.append(_fingerprint(args[position]))
+            else:
+                given.append(_fingerprint(kwargs.get(name, _MISSING)))
+        return tuple(given)
+
+    def _remember(self, verdict: tuple | None) -> None:
+        if verdict is None:
+            return
+        if len(self.passed) >= _REMEMBERED:  # shapes that keep changing: start over
+            self.passed.clear()
+        self.passed.add(verdict)
 
     def arguments(self, args: tuple, kwargs: dict) -> _Axes | None:
         """The axis sizes the arguments bind, or None where the full check decides."""
@@ -288,8 +341,8 @@ class _FullCheck:
     """A function the quick check cannot read: every call goes to the full check (so
     it needs no ``fits``)."""
 
-    def arguments(self, args: tuple, kwargs: dict) -> None:
-        return None
+    def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        return _REJECTED
 
 
 class _Unreadable(Exception):
@@ -304,6 +357,18 @@ class _Axes(NamedTuple):
 
 
 _FULL = _FullCheck()
+_REJECTED = object()  # what the quick check cannot pass: the full check decides
+
+
+class _Default:
+    """An argument left to its default (in a fingerprint)."""
+
+    def __repr__(self) -> str:
+        return "default"
+
+
+_MISSING = _Default()
+_REMEMBERED = 256  # verdicts kept per function
 _REST = -1  # the position of *args
 _P = inspect.Parameter
 _STARRED = (_P.VAR_POSITIONAL, _P.VAR_KEYWORD)
@@ -365,6 +430,33 @@ def _check_of(hint: Any) -> _Check:
     if origin is abc.Iterator:  # beartype cannot look inside without consuming it
         return lambda value, axes: isinstance(value, origin)
     raise _Unreadable  # Annotated, Iterable (beartype checks an item of a list)...
+
+
+def _by_type(hint: Any) -> bool:
+    """Whether the quick check decides ``hint`` from types, dtypes and shapes alone:
+    arrays, classes, and unions and containers of them (not a value that beartype's
+    ``is_bearable`` reads)."""
+    if _is_array(hint) or hint in (Any, object, None, type(None)):
+        return True
+    if _is_union(hint):
+        return all(_by_type(member) for member in typing.get_args(hint))
+    if not _mentions_array(hint):  # isinstance for a class, else is_bearable
+        return isinstance(hint, type) and typing.get_origin(hint) is None
+    items = [item for item in typing.get_args(hint) if item is not Ellipsis]
+    return all(_by_type(item) for item in items)  # the containers _check_of reads
+
+
+def _fingerprint(value: Any) -> Any:
+    """What a check by type, dtype and shape sees of ``value``: a tensor's type, dtype
+    and shape; the fingerprints of a tuple's, list's or mapping's items; another
+    value's type."""
+    if isinstance(value, torch.Tensor):
+        return type(value), value.dtype, value.shape
+    if isinstance(value, tuple | list):
+        return type(value), *[_fingerprint(item) for item in value]
+    if isinstance(value, dict):
+        return type(value), *[(k, _fingerprint(v)) for k, v in value.items()]
+    return value if value is _MISSING else type(value)
 
 
 def _is_union(hint: Any) -> bool:

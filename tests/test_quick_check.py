@@ -31,6 +31,7 @@ import named_transformer
 import named_transformer as nt
 from named_transformer.axes import (
     _CONF,
+    _REMEMBERED,
     _broadcast,
     _FullCheck,
     _QuickCheck,
@@ -127,6 +128,67 @@ def test_the_quick_verdict_on_arguments_alone(drawn):
     quick = _QuickCheck(f)
     accepted = quick.arguments(tuple(args), {}) is not None
     assert accepted == full_verdict(f, *args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(annotation(), st.booleans()), min_size=4, max_size=4),
+    st.lists(st.lists(tensor(), min_size=4, max_size=4), min_size=1, max_size=5),
+)
+def test_a_remembered_verdict_is_jaxtypings(drawn, calls):
+    """One checked function called again and again, each call twice: a call like an
+    earlier one (the same types, dtypes and shapes) takes the remembered verdict,
+    which must still be jaxtyping's with beartype's."""
+    hints = [hint(kind, axes, optional) for (kind, axes), optional in drawn]
+    fn = function_of(hints[:3], hints[3])
+    remembering = checked(fn)
+    assert remembering.quick_check().by_type
+    for args in calls + calls:
+        expected = full_verdict(fn, *args)
+        try:
+            remembering(*args)
+        except TypeCheckError:
+            assert not expected
+        else:
+            assert expected
+
+
+def test_a_remembered_call_is_not_checked_again_but_a_new_result_is():
+    @checked
+    def first(x: Float[Tensor, " n"], k: int) -> Float[Tensor, " n"]:
+        return x[:k]
+
+    quick, x = first.quick_check(), torch.zeros(3)
+    first(x, 3)
+    read = []
+    original = quick.arguments
+    quick.arguments = lambda *args: read.append(args) or original(*args)
+    first(x, 3)
+    assert read == []  # from memory
+    with pytest.raises(TypeCheckError, match="return value"):
+        first(x, 2)  # arguments like the first call's, a result never seen
+    assert len(read) == 1
+
+
+def test_values_that_beartype_reads_are_never_remembered():
+    @checked
+    def positive(x: Float[Tensor, " n"], k: Annotated[int, Is[lambda k: k > 0]]):
+        return x
+
+    assert not positive.quick_check().by_type
+    positive(torch.ones(3), 2)
+    with pytest.raises(TypeCheckError):
+        positive(torch.ones(3), -2)
+
+
+def test_remembered_verdicts_are_bounded():
+    @checked
+    def same(x: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
+        return x
+
+    for n in range(2 * _REMEMBERED):
+        same(torch.zeros(n))
+    assert 0 < len(same.quick_check().passed) <= _REMEMBERED
 
 
 def test_broadcast_shapes_as_numpy_does():
