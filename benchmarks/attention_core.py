@@ -1,4 +1,4 @@
-"""Benchmarks 1, 2, 8, 12, 13, 15 and 16: the attention core against SDPA, the score
+"""Benchmarks 1, 2, 8, 12, 13, 15, 16 and 20: the attention core against SDPA, the score
 zoo, peak memory; blockwise attention against SDPA, in time and in memory; the
 crossover of the automatic core, and a plain call against PyTorch's own."""
 
@@ -21,6 +21,7 @@ from named_transformer.core.blockwise import (
     automatic_block,
     blockwise_attention,
 )
+from named_transformer.contraction import einsum
 from named_transformer.interop.pytorch import from_torch
 
 
@@ -190,11 +191,43 @@ def _causal_pair(
             compiled(q, k, v)
             compile_seconds = time.perf_counter() - start
             forwards["compiled"] = lambda: compiled(q, k, v)
+            forwards.update(_compiled_references(q, k, v, compiled_block))
         forward = interleaved(forwards, repeats)
     both = interleaved(
         {"blockwise": backward(blockwise), "sdpa": backward(sdpa)}, repeats
     )
     return forward, both, compile_seconds
+
+
+def _compiled_references(q, k, v, block: int) -> dict:
+    """Table 20's candidates: PyTorch's own compiled blockwise attention
+    (FlexAttention, a causal block mask, inductor's CPU template), and the two
+    products of each tile that causal blockwise attention visits, alone (no softmax,
+    eager: the matrix products no compiled blockwise attention can avoid)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    seq = q.shape[-2]
+    causal = create_block_mask(
+        lambda b, h, query, key: query >= key, None, None, seq, seq, device="cpu"
+    )
+    flex = torch.compile(flex_attention)
+    flex(q, k, v, block_mask=causal)  # compiled here, outside the timing
+
+    def products():
+        for start in range(0, seq, block):
+            rows = slice(start, start + block)
+            for column in range(0, start + block, block):
+                columns = slice(column, column + block)
+                scores = einsum(
+                    q[..., rows, :], k[..., columns, :],
+                    "... seq_q key, ... seq key -> ... seq_q seq",
+                )  # fmt: skip
+                einsum(
+                    scores, v[..., columns, :],
+                    "... seq_q seq, ... seq val -> ... seq_q val",
+                )  # fmt: skip
+
+    return {"flex": lambda: flex(q, k, v, block_mask=causal), "products": products}
 
 
 def blockwise_vs_sdpa(quick: bool) -> str:
@@ -207,13 +240,22 @@ def blockwise_vs_sdpa(quick: bool) -> str:
     batch, heads, key = 2, 8, 64
     block = 32 if quick else 128
     compiled_block = None if quick else 256
-    rows = []
+    rows, references = [], []
     for seq in lengths:
         repeats = 3 if quick else max(5, 20 * 1024 // seq)
         (named, sdpa, *compiled), (named_both, sdpa_both), seconds = _causal_pair(
             batch, heads, seq, key, block, repeats,
             compiled_block if seq >= 2048 else None,
         )  # fmt: skip
+        if compiled:
+            ours, flex, products = compiled
+            references.append(
+                [seq, ms(sdpa.median)]
+                + [
+                    f"{ms(t.median)} ({t.median / sdpa.median:.2f})"
+                    for t in (ours, flex, products)
+                ]
+            )
         if compiled:
             compiled_cells = [
                 ms(compiled[0].median),
@@ -246,12 +288,23 @@ def blockwise_vs_sdpa(quick: bool) -> str:
         "fwd+bwd SDPA ms",
         "fwd+bwd ratio",
     ]
-    return table(
+    twelve = table(
         f"12. Blockwise named attention vs SDPA, forward (batch {batch} × heads "
         f"{heads} × key {key}, causal; block {block}, compiled: block "
         f"{compiled_block or 'none'})",
         header,
         rows,
+    )
+    if not references:
+        return twelve
+    return twelve + table(
+        "20. Compiled blockwise attention and its references, forward, measured with "
+        f"table 12's (ms, and / SDPA): PyTorch's compiled FlexAttention (causal block "
+        f"mask), and the tiles' two products alone (blocks of {compiled_block}, the "
+        "tiles causal attention visits, no softmax)",
+        ["seq", "SDPA ms", "compiled blockwise", "compiled FlexAttention",
+         "tile products alone"],  # fmt: skip
+        references,
     )
 
 

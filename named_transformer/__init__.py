@@ -386,7 +386,7 @@ __all__ = [
     "repeated_tokens",
     "residual_stream",
 ]
-__version__ = "0.7.0"
+__version__ = "0.7.1"
 
 
 def __getattr__(name: str) -> object:
