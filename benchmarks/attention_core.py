@@ -15,13 +15,13 @@ from torch import nn
 
 import named_transformer as nt
 from benchmarks.common import interleaved, ms, table
+from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import (
     BLOCK,
     CROSSOVER,
     automatic_block,
     blockwise_attention,
 )
-from named_transformer.contraction import einsum
 from named_transformer.interop.pytorch import from_torch
 
 

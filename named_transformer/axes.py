@@ -441,7 +441,9 @@ def _by_type(hint: Any) -> bool:
     if _is_union(hint):
         return all(_by_type(member) for member in typing.get_args(hint))
     if not _mentions_array(hint):  # isinstance for a class, else is_bearable
-        return isinstance(hint, type) and typing.get_origin(hint) is None
+        origin = typing.get_origin(hint)
+        # beartype checks a Callable[...] by callable(): by the value's type
+        return (isinstance(hint, type) and origin is None) or origin is abc.Callable
     items = [item for item in typing.get_args(hint) if item is not Ellipsis]
     return all(_by_type(item) for item in items)  # the containers _check_of reads
 

@@ -14,7 +14,7 @@ import importlib
 import inspect
 import itertools
 import pkgutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 import numpy as np
@@ -179,6 +179,21 @@ def test_values_that_beartype_reads_are_never_remembered():
     positive(torch.ones(3), 2)
     with pytest.raises(TypeCheckError):
         positive(torch.ones(3), -2)
+
+
+def test_a_callable_is_remembered_by_its_type():
+    """beartype checks ``Callable[...]`` with ``callable()``, which the value's type
+    decides: remembered, and a value that is not callable still rejected."""
+
+    @checked
+    def apply(x: Float[Tensor, " n"], f: Callable[[Tensor], Tensor]):
+        return f(x)
+
+    assert apply.quick_check().by_type
+    apply(torch.ones(3), torch.relu)
+    apply(torch.ones(3), torch.relu)
+    with pytest.raises(TypeCheckError):
+        apply(torch.ones(3), 3)
 
 
 def test_remembered_verdicts_are_bounded():
