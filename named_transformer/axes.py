@@ -155,10 +155,10 @@ def checked(fn: _F) -> _F:
 
     A call whose arguments pass the quick check (:class:`_QuickCheck`: the same rules,
     read once from the annotations; a call like one that passed, remembered) runs
-    without jaxtyping's and beartype's wrappers,
-    and its result is checked against the axes its arguments bound. Any other call
-    goes through them, which accept it or raise their error; so does a call whose
-    result the quick check rejects, run a second time to get their error.
+    without jaxtyping's and beartype's wrappers, and its result is checked against the
+    axes its arguments bound. Any other call goes through them, which accept it or
+    raise their error; so does a call whose result the quick check rejects, run a
+    second time to get their error.
     """
     typed = jaxtyped(typechecker=_typechecker)(fn)
     read_quick = _QuickCheck.later(fn)
@@ -268,43 +268,53 @@ class _QuickCheck:
         """
         key = self.key(args, kwargs)
         axes = None
-        if key is None or key not in self.passed:
+        if not self._known(key):
             axes = self.arguments(args, kwargs)
             if axes is None:
                 return _REJECTED
             self._remember(key)
         result = fn(*args, **kwargs)
-        outcome = None if key is None else (key, _fingerprint(result))
-        if outcome is not None and outcome in self.passed:
+        outcome = None if key is None else _fingerprint_of(result)
+        outcome = None if outcome is None else (key, outcome)
+        if self._known(outcome):
             return result
         if axes is None:  # arguments seen before: their sizes again, for the result
             axes = self.arguments(args, kwargs)
-        if not self.fits(result, axes):
+        if axes is None or not self.fits(result, axes):
             return _REJECTED
         self._remember(outcome)
         return result
 
     def key(self, args: tuple, kwargs: dict) -> tuple | None:
         """The fingerprint of the arguments the verdict depends on, or None where it
-        depends on more (a hint that beartype decides from the value)."""
+        may depend on more (a hint that beartype decides from the value, a value
+        whose contents a fingerprint does not show)."""
         if not self.by_type:
             return None
         given = [len(args), *kwargs]
         for position, name, _ in self.checks:
             if position == _REST:
-                given.append(_fingerprint(args[len(self.positional) :]))
+                value = args[len(self.positional) :]
             elif position is not None and position < len(args):
-                given.append(_fingerprint(args[position]))
+                value = args[position]
             else:
-                given.append(_fingerprint(kwargs.get(name, _MISSING)))
-        return tuple(given)
+                value = kwargs.get(name, _MISSING)
+            given.append(_fingerprint_of(value))
+        return None if None in given else tuple(given)
+
+    def _known(self, verdict: tuple | None) -> bool:
+        try:
+            return verdict is not None and verdict in self.passed
+        except TypeError:  # a size that cannot be hashed (a symbolic one)
+            return False
 
     def _remember(self, verdict: tuple | None) -> None:
         if verdict is None:
             return
         if len(self.passed) >= _REMEMBERED:  # shapes that keep changing: start over
             self.passed.clear()
-        self.passed.add(verdict)
+        with contextlib.suppress(TypeError):
+            self.passed.add(verdict)
 
     def arguments(self, args: tuple, kwargs: dict) -> _Axes | None:
         """The axis sizes the arguments bind, or None where the full check decides."""
@@ -434,31 +444,56 @@ def _check_of(hint: Any) -> _Check:
 
 def _by_type(hint: Any) -> bool:
     """Whether the quick check decides ``hint`` from types, dtypes and shapes alone:
-    arrays, classes, and unions and containers of them (not a value that beartype's
-    ``is_bearable`` reads)."""
-    if _is_array(hint) or hint in (Any, object, None, type(None)):
+    tensors' arrays, classes, and unions and containers of them (not a value that
+    beartype's ``is_bearable`` reads, nor a protocol, whose ``isinstance`` reads the
+    value's attributes)."""
+    if _is_array(hint):
+        return hint.array_type is torch.Tensor
+    if hint in (Any, object, None, type(None)):
         return True
     if _is_union(hint):
         return all(_by_type(member) for member in typing.get_args(hint))
     if not _mentions_array(hint):  # isinstance for a class, else is_bearable
         origin = typing.get_origin(hint)
-        # beartype checks a Callable[...] by callable(): by the value's type
-        return (isinstance(hint, type) and origin is None) or origin is abc.Callable
+        if origin is abc.Callable:  # beartype checks it by callable(): by the type
+            return True
+        protocol = getattr(hint, "_is_protocol", False)
+        return isinstance(hint, type) and origin is None and not protocol
     items = [item for item in typing.get_args(hint) if item is not Ellipsis]
     return all(_by_type(item) for item in items)  # the containers _check_of reads
 
 
-def _fingerprint(value: Any) -> Any:
+class _Unprintable(Exception):
+    """A value whose fingerprint would not show all that its check reads."""
+
+
+def _fingerprint(value: Any, depth: int = 0) -> Any:
     """What a check by type, dtype and shape sees of ``value``: a tensor's type, dtype
-    and shape; the fingerprints of a tuple's, list's or mapping's items; another
-    value's type."""
+    and shape; the type and the items' fingerprints of a tuple, list or dict (the
+    keys by type), up to a few levels and 64 items; another value's type. Raises
+    :class:`_Unprintable` for other collections, whose items a check may read."""
     if isinstance(value, torch.Tensor):
         return type(value), value.dtype, value.shape
-    if isinstance(value, tuple | list):
-        return type(value), *[_fingerprint(item) for item in value]
-    if isinstance(value, dict):
-        return type(value), *[(k, _fingerprint(v)) for k, v in value.items()]
+    if isinstance(value, tuple | list | dict):
+        if depth > 3 or len(value) > 64:
+            raise _Unprintable
+        if isinstance(value, dict):
+            items = [(type(k), _fingerprint(v, depth + 1)) for k, v in value.items()]
+        else:
+            items = [_fingerprint(item, depth + 1) for item in value]
+        return type(value), *items
+    if isinstance(value, abc.Iterable) and not isinstance(value, str | bytes):
+        raise _Unprintable
     return value if value is _MISSING else type(value)
+
+
+def _fingerprint_of(value: Any) -> Any:
+    """:func:`_fingerprint`, or None where there is none (a nested tensor has no
+    shape)."""
+    try:
+        return _fingerprint(value)
+    except (_Unprintable, RuntimeError):
+        return None
 
 
 def _is_union(hint: Any) -> bool:

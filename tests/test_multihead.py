@@ -1,7 +1,6 @@
 """Multi-head attention: equal to nn.MultiheadAttention, to a per-head loop, to the NYU
 notes' stacked W_qkv."""
 
-import gc
 import math
 
 import pytest
@@ -12,7 +11,6 @@ from torch import nn
 
 import named_transformer as nt
 from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
-from named_transformer.models import multihead
 from named_transformer.models.multihead import (
     MultiHeadAttention,
     attend_heads,
@@ -21,7 +19,6 @@ from named_transformer.models.multihead import (
     project_heads,
     stack_qkv,
     stacked_projection,
-    stacked_weights,
 )
 
 # distinct sizes: batch 2, seq_q 3, seq 5, layer 12, heads 3 (key 4), memory 7
@@ -526,57 +523,3 @@ def test_values_of_their_own_width_need_values_from():
         m(inputs, memory)
     with pytest.raises(TypeCheckError, match="w_v"):
         m(inputs, memory, values_from=torch.randn(B, SEQ, MEMORY + 3))
-
-
-def _reference(m: MultiHeadAttention, x, mask):
-    """The module's output through the three separate projections (no stacking)."""
-    weights = m.named_weights()
-    outputs, _ = multihead_attention(x, x, *weights[:4], mask, *weights[4:])
-    return outputs
-
-
-def test_a_kept_stacking_follows_every_change_to_the_weights():
-    """Without a gradient the stacked W_qkv is kept between calls, and made again
-    after an optimiser's step, ``load_state_dict``, ``.double()`` or a new
-    parameter; with a gradient it is made each call, and the weights get theirs."""
-    torch.manual_seed(0)
-    m = MultiHeadAttention(LAYER, HEADS)
-    other = MultiHeadAttention(LAYER, HEADS)
-    x, mask = torch.randn(B, SEQ, LAYER), nt.causal_mask(SEQ)
-    with torch.no_grad():
-        first = stacked_weights(m.named_weights())
-        assert stacked_weights(m.named_weights())[0] is first[0]  # kept
-        torch.testing.assert_close(m(x, mask=mask), _reference(m, x, mask))
-        edits = [
-            lambda: m.w_k.add_(0.5),  # in place, as an optimiser's step
-            lambda: m.load_state_dict(other.state_dict()),
-            lambda: setattr(m, "w_v", nn.Parameter(torch.randn_like(m.w_v))),
-        ]
-        for edit in edits:
-            edit()
-            torch.testing.assert_close(m(x, mask=mask), _reference(m, x, mask))
-        m.double()
-        torch.testing.assert_close(
-            m(x.double(), mask=mask), _reference(m, x.double(), mask)
-        )
-    optimiser = torch.optim.SGD(m.parameters(), lr=0.1)
-    for _ in range(2):  # with a gradient: a fresh stacking, through which it flows
-        optimiser.zero_grad()
-        m(x.double(), mask=mask).square().sum().backward()
-        assert m.w_q.grad is not None and m.w_v.grad.abs().sum() > 0
-        optimiser.step()
-        with torch.no_grad():
-            torch.testing.assert_close(
-                m(x.double(), mask=mask), _reference(m, x.double(), mask)
-            )
-
-
-def test_a_kept_stacking_goes_with_its_weights():
-    m = MultiHeadAttention(LAYER, HEADS)
-    with torch.no_grad():
-        m(torch.randn(B, SEQ, LAYER))
-    key = id(m.w_q)
-    assert key in multihead._STACKED
-    del m
-    gc.collect()
-    assert key not in multihead._STACKED

@@ -14,8 +14,8 @@ import importlib
 import inspect
 import itertools
 import pkgutil
-from collections.abc import Callable, Iterable
-from typing import Annotated, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import numpy as np
 import pytest
@@ -189,11 +189,89 @@ def test_a_callable_is_remembered_by_its_type():
     def apply(x: Float[Tensor, " n"], f: Callable[[Tensor], Tensor]):
         return f(x)
 
-    assert apply.quick_check().by_type
+    quick = apply.quick_check()
+    assert quick.by_type
     apply(torch.ones(3), torch.relu)
-    apply(torch.ones(3), torch.relu)
+    read = []
+    original = quick.arguments
+    quick.arguments = lambda *args: read.append(args) or original(*args)
+    apply(torch.ones(3), torch.sigmoid)  # another function: the same fingerprint
+    assert read == []
     with pytest.raises(TypeCheckError):
         apply(torch.ones(3), 3)
+
+
+class _Entries(Mapping):
+    """A mapping that is not a dict: its fingerprint would not show its entries."""
+
+    def __init__(self, **entries):
+        self.entries = entries
+
+    def __getitem__(self, key):
+        return self.entries[key]
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self):
+        return len(self.entries)
+
+
+@runtime_checkable
+class _Sized(Protocol):
+    size: int
+
+
+def test_what_a_fingerprint_cannot_show_is_checked_every_time():
+    """A mapping that is not a dict, a dict's keys (by type), a protocol (its
+    isinstance reads attributes), an array type other than a tensor, a nested
+    tensor: no verdict is remembered that a later call could wrongly share."""
+
+    @checked
+    def entries(xs: Mapping[str, Float[Tensor, " n"]], y: Float[Tensor, " n"]):
+        return y
+
+    three, four = torch.zeros(3), torch.zeros(4)
+    entries(_Entries(a=three), three)
+    with pytest.raises(TypeCheckError):
+        entries(_Entries(a=four), three)
+
+    @checked
+    def keyed(xs: dict[int, Float[Tensor, " n"]]):
+        return xs
+
+    keyed({1: three})
+    with pytest.raises(TypeCheckError):
+        keyed({1.5: three})
+
+    def sized(x: _Sized):
+        return x
+
+    def numpy_array(x: Float[np.ndarray, " n"]):
+        return x
+
+    for fn in (sized, numpy_array):
+        assert not checked(fn).quick_check().by_type, fn.__name__
+
+    @checked
+    def flat(x: Tensor) -> Tensor:
+        return x
+
+    jagged = torch.nested.nested_tensor([three, four], layout=torch.jagged)
+    for _ in range(2):
+        assert flat(jagged) is jagged
+
+
+def test_remembered_lists_are_remembered_item_by_item():
+    @checked
+    def listed(xs: list[Float[Tensor, " n"]], y: Float[Tensor, " n"]):
+        return y
+
+    three, four = torch.zeros(3), torch.zeros(4)
+    listed([three, three], three)
+    listed([three, three], three)
+    with pytest.raises(TypeCheckError):
+        listed([three, four], three)
 
 
 def test_remembered_verdicts_are_bounded():

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -65,7 +64,7 @@ from jaxtyping import Bool, Float, Int, TypeCheckError
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.contraction import _recording_a_graph, einsum
+from named_transformer.contraction import einsum
 from named_transformer.core.attention import _biased_softmax, attend
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.feedforward import _plus_bias
@@ -224,57 +223,12 @@ def stacked_projection(
 def stacked_weights(
     weights: AttentionWeights,
 ) -> tuple[Float[Tensor, "qkv layer"], Float[Tensor, " qkv"] | None]:
-    """$W_{qkv}$ and $b_{qkv}$ (None without biases) of stackable weights.
-
-    Stacking copies the weights. Where no gradient is recorded, the copy is kept
-    (one per $W^Q$) and used again while the weights are the same tensors, unwritten
-    since: what a module called again and again in inference pays once.
-    """
-    state = _state_of(weights)
-    kept = None if state is None else _STACKED.get(id(weights.w_q))
-    if kept is not None and _same(kept[0], state):
-        return kept[1]
+    """$W_{qkv}$ and $b_{qkv}$ (None without biases) of stackable weights."""
     b_qkv = None
     if weights.b_q is not None:
         biases, _ = pack([weights.b_q, weights.b_k, weights.b_v], "* key")
         b_qkv = rearrange(biases, "parts key -> (parts key)")
-    stacked = stack_qkv(weights.w_q, weights.w_k, weights.w_v), b_qkv
-    if state is not None:
-        key = id(weights.w_q)
-        if key not in _STACKED:  # the entry goes when W^Q does
-            weakref.finalize(weights.w_q, _STACKED.pop, key, None)
-        kept = tuple((weakref.ref(t), *rest) for t, *rest in state)  # not kept alive
-        _STACKED[key] = (kept, stacked)
-    return stacked
-
-
-#: the last stacking of each W^Q (by its id, while it lives), with the state of the
-#: weights it was made from (each weight by a weak reference)
-_STACKED: dict[int, tuple[tuple, tuple]] = {}
-
-
-def _state_of(weights: AttentionWeights) -> tuple | None:
-    """What a kept stacking depends on: each weight (the tensor itself), its version
-    counter (raised by every write in place: an optimiser's step, ``copy_``), its
-    storage and dtype (``.data`` replaced, ``.to(...)``); None where none may be kept
-    (a gradient or a graph being recorded, tensors without versions)."""
-    parts = weights.w_q, weights.w_k, weights.w_v, weights.b_q, weights.b_k, weights.b_v
-    tensors = [t for t in parts if t is not None]
-    if _recording_a_graph() or (
-        torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    ):
-        return None
-    try:
-        return tuple((t, t._version, t.data_ptr(), t.dtype) for t in tensors)
-    except RuntimeError:  # inference tensors, fake tensors: no version or storage
-        return None
-
-
-def _same(kept: tuple, state: tuple) -> bool:
-    """The same tensors (``is``: ``==`` compares their entries) in the same state."""
-    return len(kept) == len(state) and all(
-        a[0]() is b[0] and a[1:] == b[1:] for a, b in zip(kept, state, strict=True)
-    )
+    return stack_qkv(weights.w_q, weights.w_k, weights.w_v), b_qkv
 
 
 # --8<-- [end:stacked_projection]
