@@ -68,7 +68,10 @@ class _Plan:
     order.
 
     ``batch``, ``first_free``, ``contracted`` and ``second_free`` count axes; the
-    permutations are None where the layout already fits.
+    permutations are None where the layout already fits. The last ``lifted`` batch
+    axes are the second operand's alone (heads in ``heads layer key``): the first
+    gets size-1 axes there, which the product broadcasts, so that the second is read
+    as it lies instead of copied into (contracted, free) order.
     """
 
     batch: int
@@ -78,6 +81,7 @@ class _Plan:
     first_order: tuple[int, ...] | None
     second_order: tuple[int, ...] | None
     output_order: tuple[int, ...] | None
+    lifted: int = 0
 
     def __call__(self, first: Tensor, second: Tensor) -> Tensor:
         if self.first_order is not None:
@@ -85,6 +89,12 @@ class _Plan:
         if self.second_order is not None:
             second = second.permute(self.second_order)  # allow-raw: the plan's layout
         batch, free, contracted = self.batch, self.first_free, self.contracted
+        if self.lifted:  # size 1 where the second operand's lifted axes are
+            shape = first.shape
+            first = first.reshape(  # allow-raw: the plan's layout (a view)
+                (*shape[: batch - self.lifted], *[1] * self.lifted,
+                 *shape[batch - self.lifted :])
+            )  # fmt: skip
         if contracted > 1 and (
             first.shape[batch + free :] != second.shape[batch : batch + contracted]
         ):  # merged, unequal axes could pair up wrongly with an equal product
@@ -161,16 +171,37 @@ def _plan(pattern: str, first_ndim: int, second_ndim: int) -> _Plan | None:
     first_free = [n for n in out if n in first and n not in second]
     second_free = [n for n in out if n in second and n not in first]
     contracted = [n for n in first if n in second and n not in out]
+    lifted = _lifted(second, second_free, contracted)
+    second_free = [n for n in second_free if n not in lifted]
     first_layout = batch + first_free + contracted
-    second_layout = batch + contracted + second_free
-    product_layout = batch + first_free + second_free
+    second_layout = batch + lifted + contracted + second_free
+    product_layout = batch + lifted + first_free + second_free
 
     def order(names: list[str], layout: list[str]) -> tuple[int, ...] | None:
         indices = tuple(names.index(n) for n in layout)
         return None if indices == tuple(range(len(indices))) else indices
 
     return _Plan(
-        len(batch), len(first_free), len(contracted), len(second_free),
+        len(batch) + len(lifted), len(first_free), len(contracted), len(second_free),
         order(first, first_layout), order(second, second_layout),
-        order(product_layout, out),
+        order(product_layout, out), len(lifted),
     )  # fmt: skip
+
+
+def _lifted(second: list[str], free: list[str], contracted: list[str]) -> list[str]:
+    """The second operand's free axes that lead it, before its contracted axes, when
+    free axes follow those too (``heads layer key``): moved behind the contracted
+    axes they would have to be copied; as batch axes they stay where they lie. (With
+    no free axis after, ``hidden layer``, the matrix product reads the transpose as
+    it lies.)"""
+    leading = []
+    for name in second:
+        if name not in free:
+            break
+        leading.append(name)
+    after = second[len(leading) :]
+    if not leading or not contracted or not any(n in free for n in after):
+        return []
+    if after[: len(contracted)] != contracted:
+        return []  # batch axes or a different order after them: the plan as it was
+    return leading

@@ -158,3 +158,34 @@ def test_a_compiled_graph_gets_einops(monkeypatch):
     compiled = torch.compile(project, backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(inputs, weight), expected)
     assert patterns == [pattern]
+
+
+def test_leading_free_axes_of_the_second_operand_are_read_as_they_lie():
+    """``heads layer key``: the heads become batch axes the first operand broadcasts
+    over, so the weight is not copied into (layer, heads·key) order; the result and
+    its gradients are einops' (also with ``...`` and more free axes after)."""
+    plan = _plan("... seq layer, heads layer key -> ... heads seq key", 3, 3)
+    assert plan.lifted == 1 and plan.second_order is None
+    assert _plan("... layer, hidden layer -> ... hidden", 3, 2).lifted == 0
+    cases = {
+        "... seq layer, heads layer key -> ... heads seq key": [(2, 5, 4), (3, 4, 2)],
+        "b s l, g h l k -> h b g s k": [(2, 5, 4), (3, 2, 4, 2)],
+        "s l, h l k -> k h s": [(5, 4), (3, 4, 2)],
+    }
+    for pattern, shapes in cases.items():
+        first, second = (
+            torch.randn(shape, dtype=torch.float64, requires_grad=True)
+            for shape in shapes
+        )
+        assert _plan(pattern, len(shapes[0]), len(shapes[1])).lifted > 0, pattern
+        ours, theirs = einsum(first, second, pattern), einops.einsum(
+            first, second, pattern
+        )
+        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+        grad = torch.randn_like(theirs)
+        for mine, reference in zip(
+            torch.autograd.grad(ours, (first, second), grad),
+            torch.autograd.grad(theirs, (first, second), grad),
+            strict=True,
+        ):
+            torch.testing.assert_close(mine, reference, rtol=1e-12, atol=1e-12)

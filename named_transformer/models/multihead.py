@@ -272,9 +272,12 @@ def project_qkv(
 
     The values come from the memory, $X_v = X_m$, unless ``values_from`` gives a
     source of their own (PyTorch's ``vdim`` beside ``kdim``). In self-attention
-    (``memory`` *is* ``inputs``, keys and values as wide as queries), the three
-    projections are one product with the stacked $W_{qkv}$
-    (:func:`stacked_projection`): the same numbers, one larger multiplication.
+    (``memory`` *is* ``inputs``, keys and values as wide as queries) while a gradient
+    is recorded, the three projections are one product with the stacked $W_{qkv}$
+    (:func:`stacked_projection`): the same numbers, one larger multiplication, whose
+    backward pass is faster than three. Without a gradient, three products, each
+    reading its weight as it lies, beat copying the three weights into $W_{qkv}$ on
+    every call.
     """
     weights.check(inputs, memory, values_from)
     w_q, w_k, w_v = weights.w_q, weights.w_k, weights.w_v
@@ -286,7 +289,10 @@ def project_qkv(
                 f"{memory.shape[-1]} wide: pass values_from"
             )
         values_from = memory
-    if memory is inputs and values_from is inputs and weights.stackable:
+    recording = torch.is_grad_enabled() and (
+        inputs.requires_grad or any(w.requires_grad for w in (w_q, w_k, w_v))
+    )
+    if recording and memory is inputs and values_from is inputs and weights.stackable:
         w_qkv, b_qkv = stacked_weights(weights)
         projected = stacked_projection(
             inputs, w_qkv, w_q.shape[0], b_qkv, kv_heads=w_k.shape[0]
