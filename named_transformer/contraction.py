@@ -71,7 +71,9 @@ class _Plan:
     permutations are None where the layout already fits. The last ``lifted`` batch
     axes are the second operand's alone (heads in ``heads layer key``): the first
     gets size-1 axes there, which the product broadcasts, so that the second is read
-    as it lies instead of copied into (contracted, free) order.
+    as it lies instead of copied into (contracted, free) order. That makes one narrow
+    product per lifted entry instead of one wide one: worth it while the second
+    operand, which would be copied, is the larger; else ``unlifted`` takes the call.
     """
 
     batch: int
@@ -82,8 +84,11 @@ class _Plan:
     second_order: tuple[int, ...] | None
     output_order: tuple[int, ...] | None
     lifted: int = 0
+    unlifted: _Plan | None = None
 
     def __call__(self, first: Tensor, second: Tensor) -> Tensor:
+        if self.unlifted is not None and first.numel() >= second.numel():
+            return self.unlifted(first, second)
         if self.first_order is not None:
             first = first.permute(self.first_order)  # allow-raw: the plan's layout
         if self.second_order is not None:
@@ -171,20 +176,37 @@ def _plan(pattern: str, first_ndim: int, second_ndim: int) -> _Plan | None:
     first_free = [n for n in out if n in first and n not in second]
     second_free = [n for n in out if n in second and n not in first]
     contracted = [n for n in first if n in second and n not in out]
+    plan = _laid_out(first, second, out, batch, first_free, contracted, second_free)
     lifted = _lifted(second, second_free, contracted)
+    if not lifted:
+        return plan
     second_free = [n for n in second_free if n not in lifted]
-    first_layout = batch + first_free + contracted
-    second_layout = batch + lifted + contracted + second_free
-    product_layout = batch + lifted + first_free + second_free
+    return _laid_out(
+        first, second, out, batch + lifted, first_free, contracted, second_free,
+        lifted=len(lifted), unlifted=plan,
+    )  # fmt: skip
+
+
+def _laid_out(
+    first: list[str], second: list[str], out: list[str], batch: list[str],
+    first_free: list[str], contracted: list[str], second_free: list[str],
+    **lifting,
+) -> _Plan:  # fmt: skip
+    """The plan with the operands' axes in these roles (``lifting``: the last
+    batch axes are the second operand's alone)."""
+    lifted = batch[len(batch) - lifting.get("lifted", 0) :]
+    first_layout = [n for n in batch if n not in lifted] + first_free + contracted
+    second_layout = batch + contracted + second_free
+    product_layout = batch + first_free + second_free
 
     def order(names: list[str], layout: list[str]) -> tuple[int, ...] | None:
         indices = tuple(names.index(n) for n in layout)
         return None if indices == tuple(range(len(indices))) else indices
 
     return _Plan(
-        len(batch) + len(lifted), len(first_free), len(contracted), len(second_free),
+        len(batch), len(first_free), len(contracted), len(second_free),
         order(first, first_layout), order(second, second_layout),
-        order(product_layout, out), len(lifted),
+        order(product_layout, out), **lifting,
     )  # fmt: skip
 
 

@@ -6,6 +6,8 @@ output; contracted: in both, not the output; free: in one operand and the output
 any order, with ``...`` on either side and size-1 axes that broadcast.
 """
 
+import dataclasses
+
 import einops
 import pytest
 import torch
@@ -162,10 +164,12 @@ def test_a_compiled_graph_gets_einops(monkeypatch):
 
 def test_leading_free_axes_of_the_second_operand_are_read_as_they_lie():
     """``heads layer key``: the heads become batch axes the first operand broadcasts
-    over, so the weight is not copied into (layer, heads·key) order; the result and
-    its gradients are einops' (also with ``...`` and more free axes after)."""
+    over, so the weight is not copied into (layer, heads·key) order, unless the first
+    operand is the larger (then the plan as it was); both ways, the result and its
+    gradients are einops' (also with ``...`` and more free axes after)."""
     plan = _plan("... seq layer, heads layer key -> ... heads seq key", 3, 3)
     assert plan.lifted == 1 and plan.second_order is None
+    assert plan.unlifted.lifted == 0
     assert _plan("... layer, hidden layer -> ... hidden", 3, 2).lifted == 0
     cases = {
         "... seq layer, heads layer key -> ... heads seq key": [(2, 5, 4), (3, 4, 2)],
@@ -177,15 +181,15 @@ def test_leading_free_axes_of_the_second_operand_are_read_as_they_lie():
             torch.randn(shape, dtype=torch.float64, requires_grad=True)
             for shape in shapes
         )
-        assert _plan(pattern, len(shapes[0]), len(shapes[1])).lifted > 0, pattern
-        ours, theirs = einsum(first, second, pattern), einops.einsum(
-            first, second, pattern
-        )
-        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+        plan = _plan(pattern, len(shapes[0]), len(shapes[1]))
+        assert plan.lifted > 0, pattern
+        theirs = einops.einsum(first, second, pattern)
         grad = torch.randn_like(theirs)
-        for mine, reference in zip(
-            torch.autograd.grad(ours, (first, second), grad),
-            torch.autograd.grad(theirs, (first, second), grad),
-            strict=True,
-        ):
-            torch.testing.assert_close(mine, reference, rtol=1e-12, atol=1e-12)
+        expected = torch.autograd.grad(theirs, (first, second), grad)
+        for way in (dataclasses.replace(plan, unlifted=None), plan.unlifted):
+            ours = way(first, second)
+            torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+            for mine, reference in zip(
+                torch.autograd.grad(ours, (first, second), grad), expected, strict=True
+            ):
+                torch.testing.assert_close(mine, reference, rtol=1e-12, atol=1e-12)
