@@ -275,9 +275,9 @@ def project_qkv(
     (``memory`` *is* ``inputs``, keys and values as wide as queries) while a gradient
     is recorded, the three projections are one product with the stacked $W_{qkv}$
     (:func:`stacked_projection`): the same numbers, one larger multiplication, whose
-    backward pass is faster than three. Without a gradient, three products, each
-    reading its weight as it lies, beat copying the three weights into $W_{qkv}$ on
-    every call.
+    backward pass is faster than three. Without a gradient it makes three products
+    (:func:`project_heads`): for fewer tokens than weights the library's ``einsum``
+    reads each weight as it lies, where stacking would copy all three on every call.
     """
     weights.check(inputs, memory, values_from)
     w_q, w_k, w_v = weights.w_q, weights.w_k, weights.w_v
