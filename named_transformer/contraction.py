@@ -73,7 +73,9 @@ class _Plan:
     gets size-1 axes there, which the product broadcasts, so that the second is read
     as it lies instead of copied into (contracted, free) order. That makes one narrow
     product per lifted entry instead of one wide one: worth it while the second
-    operand, which would be copied, is the larger; else ``unlifted`` takes the call.
+    operand, which would be copied, is the larger, and while no gradient is recorded
+    (the first operand's would be summed over the broadcast); else ``unlifted`` takes
+    the call.
     """
 
     batch: int
@@ -87,7 +89,13 @@ class _Plan:
     unlifted: _Plan | None = None
 
     def __call__(self, first: Tensor, second: Tensor) -> Tensor:
-        if self.unlifted is not None and first.numel() >= second.numel():
+        if self.unlifted is not None and (
+            first.numel() >= second.numel()
+            or (
+                torch.is_grad_enabled()
+                and (first.requires_grad or second.requires_grad)
+            )
+        ):  # many rows, or a backward pass, which would sum over the broadcast
             return self.unlifted(first, second)
         if self.first_order is not None:
             first = first.permute(self.first_order)  # allow-raw: the plan's layout
@@ -181,10 +189,11 @@ def _plan(pattern: str, first_ndim: int, second_ndim: int) -> _Plan | None:
     if not lifted:
         return plan
     second_free = [n for n in second_free if n not in lifted]
-    return _laid_out(
+    lifting = _laid_out(
         first, second, out, batch + lifted, first_free, contracted, second_free,
         lifted=len(lifted), unlifted=plan,
     )  # fmt: skip
+    return plan if lifting.second_order is not None else lifting  # it would copy
 
 
 def _laid_out(

@@ -523,3 +523,29 @@ def test_values_of_their_own_width_need_values_from():
         m(inputs, memory)
     with pytest.raises(TypeCheckError, match="w_v"):
         m(inputs, memory, values_from=torch.randn(B, SEQ, MEMORY + 3))
+
+
+def test_self_attention_stacks_only_while_a_gradient_is_recorded(monkeypatch):
+    """With a gradient (weights or, BitFit-like, only the biases), one product with
+    the stacked W_qkv; without, three products; the same output either way."""
+    from named_transformer.models import multihead
+
+    stacked = []
+    original = multihead.stacked_weights
+    monkeypatch.setattr(
+        multihead, "stacked_weights", lambda w: stacked.append(1) or original(w)
+    )
+    torch.manual_seed(0)
+    m = MultiHeadAttention(LAYER, HEADS).double()
+    x, mask = torch.randn(B, SEQ, LAYER).double(), nt.causal_mask(SEQ)
+    with torch.no_grad():
+        without = m(x, mask=mask)
+    assert stacked == []
+    with_gradient = m(x, mask=mask)
+    assert stacked == [1]
+    torch.testing.assert_close(with_gradient, without, atol=1e-12, rtol=0)
+    for name, parameter in m.named_parameters():
+        parameter.requires_grad_(name.startswith("b_"))
+    m(x, mask=mask).sum().backward()
+    assert stacked == [1, 1] and m.b_q.grad is not None
+

@@ -276,8 +276,10 @@ def project_qkv(
     is recorded, the three projections are one product with the stacked $W_{qkv}$
     (:func:`stacked_projection`): the same numbers, one larger multiplication, whose
     backward pass is faster than three. Without a gradient it makes three products
-    (:func:`project_heads`): for fewer tokens than weights the library's ``einsum``
-    reads each weight as it lies, where stacking would copy all three on every call.
+    (:func:`project_heads`): where a projection's output is smaller than its weight
+    ($|\mathsf{batch}| \cdot |\mathsf{seq}| < |\mathsf{heads}| \cdot |\mathsf{key}|$)
+    the library's ``einsum`` reads the weight as it lies, where stacking would copy
+    all three on every call.
     """
     weights.check(inputs, memory, values_from)
     w_q, w_k, w_v = weights.w_q, weights.w_k, weights.w_v
@@ -289,8 +291,10 @@ def project_qkv(
                 f"{memory.shape[-1]} wide: pass values_from"
             )
         values_from = memory
+    projections = (w_q, w_k, w_v, weights.b_q, weights.b_k, weights.b_v)
     recording = torch.is_grad_enabled() and (
-        inputs.requires_grad or any(w.requires_grad for w in (w_q, w_k, w_v))
+        inputs.requires_grad
+        or any(w is not None and w.requires_grad for w in projections)
     )
     if recording and memory is inputs and values_from is inputs and weights.stackable:
         w_qkv, b_qkv = stacked_weights(weights)
