@@ -201,15 +201,14 @@ class _QuickCheck:
     every argument through beartype's generated code, calls the function, then checks
     the arguments again together with the result: a checked ``layer_norm`` on 64 × 512
     took 67 µs more than an unchecked one, a third to a half of its arithmetic. This
-    check reads each annotation once, into the axes and dtypes jaxtyping parsed from
-    it, and on each call applies jaxtyping's shape rule (:class:`_ArrayCheck`)
-    argument by argument, in the signature's order as beartype does, to a fresh table
-    of sizes. Arguments it
-    rejects go to the full check, which raises its error (or accepts them: this check
-    never accepts what the full one rejects; a test draws annotations and shapes to
-    show the verdicts agree). A list, tuple or mapping of tensors is checked item by
-    item, where beartype checks one item it draws. A function whose annotations it
-    cannot read takes the full check: an axis written as an expression of others, an
+    check reads each annotation once, into the axes and dtypes jaxtyping parsed from it,
+    and on each call applies jaxtyping's shape rule (:class:`_ArrayCheck`) argument by
+    argument, in the signature's order as beartype does, to a fresh table of sizes.
+    Arguments it rejects go to the full check, which raises its error (or accepts them:
+    this check never accepts what the full one rejects; a test draws annotations and
+    shapes to show the verdicts agree). A list, tuple or mapping of tensors is checked
+    item by item, where beartype checks one item it draws. A function whose annotations
+    it cannot read takes the full check: an axis written as an expression of others, an
     ``Annotated`` or ``Iterable`` hint with tensors inside, annotated ``**kwargs``, a
     union of tensors with different axes, names that do not resolve at the first call.
     No jaxtyping table is open while the function runs: an ``isinstance`` against a
@@ -292,15 +291,18 @@ class _QuickCheck:
         if not self.by_type:
             return None
         given = [len(args), *kwargs]
-        for position, name, _ in self.checks:
-            if position == _REST:
-                value = args[len(self.positional) :]
-            elif position is not None and position < len(args):
-                value = args[position]
-            else:
-                value = kwargs.get(name, _MISSING)
-            given.append(_fingerprint_of(value))
+        given += [_fingerprint_of(value) for _, value in self._values(args, kwargs)]
         return None if None in given else tuple(given)
+
+    def _values(self, args: tuple, kwargs: dict) -> Iterator[tuple[_Check, Any]]:
+        """Each annotated parameter's check and value (``_MISSING``: its default)."""
+        for position, name, check in self.checks:
+            if position == _REST:
+                yield check, args[len(self.positional) :]
+            elif position is not None and position < len(args):
+                yield check, args[position]
+            else:
+                yield check, kwargs.get(name, _MISSING)
 
     def _known(self, verdict: tuple | None) -> bool:
         try:
@@ -326,16 +328,9 @@ class _QuickCheck:
             ):
                 return None
         axes = _Axes({}, {})
-        for position, name, check in self.checks:
-            if position == _REST:
-                value = args[len(self.positional) :]
-            elif position is not None and position < len(args):
-                value = args[position]
-            elif name in kwargs:
-                value = kwargs[name]
-            else:
-                continue  # left to its default (unchecked), or missing: Python says
-            if not check(value, axes):
+        for check, value in self._values(args, kwargs):
+            # left to its default (unchecked), or missing: Python says
+            if value is not _MISSING and not check(value, axes):
                 return None
         return axes
 

@@ -199,12 +199,11 @@ def _plan(pattern: str, first_ndim: int, second_ndim: int) -> _Plan | None:
 def _laid_out(
     first: list[str], second: list[str], out: list[str], batch: list[str],
     first_free: list[str], contracted: list[str], second_free: list[str],
-    **lifting,
+    lifted: int = 0, unlifted: _Plan | None = None,
 ) -> _Plan:  # fmt: skip
-    """The plan with the operands' axes in these roles (``lifting``: the last
-    batch axes are the second operand's alone)."""
-    lifted = batch[len(batch) - lifting.get("lifted", 0) :]
-    first_layout = [n for n in batch if n not in lifted] + first_free + contracted
+    """The plan with the operands' axes in these roles (the last ``lifted`` batch
+    axes are the second operand's alone)."""
+    first_layout = batch[: len(batch) - lifted] + first_free + contracted
     second_layout = batch + contracted + second_free
     product_layout = batch + first_free + second_free
 
@@ -215,7 +214,7 @@ def _laid_out(
     return _Plan(
         len(batch), len(first_free), len(contracted), len(second_free),
         order(first, first_layout), order(second, second_layout),
-        order(product_layout, out), **lifting,
+        order(product_layout, out), lifted, unlifted,
     )  # fmt: skip
 
 

@@ -208,3 +208,22 @@ def test_leading_free_axes_of_the_second_operand_are_read_as_they_lie():
                 torch.autograd.grad(ours, (first, second), grad), expected, strict=True
             ):
                 torch.testing.assert_close(mine, reference, rtol=1e-12, atol=1e-12)
+
+
+def test_a_lifting_plan_hands_many_rows_and_gradients_to_the_plain_plan():
+    """The lifted way while the second operand is the larger and no gradient is
+    recorded; else the plain plan (``unlifted``), as the docstring says."""
+    pattern = "... seq layer, heads layer key -> ... heads seq key"
+    plain = []
+    plan = dataclasses.replace(
+        _plan(pattern, 3, 3), unlifted=lambda a, b: plain.append(1) or "plain"
+    )
+    weight = torch.randn(3, 4, 5)
+    assert isinstance(plan(torch.randn(1, 2, 4), weight), torch.Tensor)
+    assert plain == []
+    assert plan(torch.randn(2, 8, 4), weight) == "plain"  # 64 >= 60 numbers
+    assert plan(torch.randn(1, 2, 4), weight.requires_grad_()) == "plain"
+    with torch.no_grad():
+        assert isinstance(plan(torch.randn(1, 2, 4), weight), torch.Tensor)
+    assert plain == [1, 1]
+

@@ -276,7 +276,7 @@ def project_qkv(
     is recorded, the three projections are one product with the stacked $W_{qkv}$
     (:func:`stacked_projection`): the same numbers, one larger multiplication, whose
     backward pass is faster than three. Without a gradient it makes three products
-    (:func:`project_heads`): where a projection's output is smaller than its weight
+    (:func:`project_heads`): where a projection's input is smaller than its weight
     ($|\mathsf{batch}| \cdot |\mathsf{seq}| < |\mathsf{heads}| \cdot |\mathsf{key}|$)
     the library's ``einsum`` reads the weight as it lies, where stacking would copy
     all three on every call.
