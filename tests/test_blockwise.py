@@ -359,9 +359,21 @@ def test_follows_the_inputs_device_and_dtype():
     queries = torch.zeros(2, 3, 40, 8, dtype=torch.float16, device="meta")
     keys = torch.zeros(2, 3, 50, 8, dtype=torch.float16, device="meta")
     values = torch.zeros(2, 3, 50, 4, dtype=torch.float16, device="meta")
-    outputs = blockwise_attention(queries, keys, values, block=16, causal=True)
+    mask = torch.ones(40, 50, dtype=torch.bool, device="meta")
+    outputs = blockwise_attention(queries, keys, values, mask, 16, causal=True)
     assert outputs.device.type == "meta" and outputs.dtype == torch.float16
     assert outputs.shape == (2, 3, 40, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_mask_in_half_precision_keeps_the_dtype_and_the_values(dtype):
+    """The boolean mask joins the scores as a table of 0 and -inf of their dtype."""
+    queries, keys, values = (t.detach().to(dtype) for t in qkv())
+    mask = random_mask(SEQ_Q, SEQ)
+    got = blockwise_attention(queries, keys, values, mask, block=8)
+    expected = nt.attend(nt.attention_weights(queries, keys, mask), values)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, expected, atol=2e-2, rtol=0)
 
 
 LAYER, MEMORY = 12, 7
