@@ -31,6 +31,7 @@ from named_transformer.core.feedforward import (
     silu,
 )
 from named_transformer.core.masks import (
+    additive_mask,
     causal_mask,
     key_padding_mask,
     padding_mask,
@@ -56,7 +57,7 @@ from named_transformer.core.scores import (
     location_score,
     scaled_dot_score,
 )
-from named_transformer.core.softmax import hardmax, softmax
+from named_transformer.core.softmax import hardmax, softmax, softmax_
 from named_transformer.decoding import (
     CompiledDecoder,
     Decoded,
@@ -211,6 +212,7 @@ from named_transformer.rasp.tracr import from_tracr
 __all__ = [
     "AXES",
     "Axis",
+    "additive_mask",
     "additive_score",
     "attend",
     "attention",
@@ -241,6 +243,7 @@ __all__ = [
     "shape_checks_enabled",
     "sinusoidal_positions",
     "softmax",
+    "softmax_",
     "standardize",
     "ElmanCell",
     "GRUCell",

@@ -649,6 +649,13 @@ def _broadcast(
     return tuple(reversed(joint))
 
 
+def _fits(table: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``other`` broadcasts into ``table`` as it is: an in-place update cannot
+    grow ``table`` to axes that ``other`` has more of. (In Python: on the CPU
+    ``torch.broadcast_shapes`` costs about 30 µs a call.)"""
+    return _broadcast(table.shape, other.shape) == table.shape
+
+
 # --8<-- [end:array_check]
 
 

@@ -74,3 +74,60 @@ def test_hardmax_respects_the_mask_and_empty_rows():
     torch.testing.assert_close(
         nt.hardmax(scores, mask), torch.tensor([[0.0, 0, 1], [0, 0, 0]])
     )
+
+
+def _reference_softmax(scores, mask):
+    """The equation read literally, -inf where masked, then NaN rows (nothing to
+    attend) set to zero: an independent reference for finite scores."""
+    filled = scores.masked_fill(~mask, -torch.inf)
+    return torch.softmax(filled, dim=-1).nan_to_num(0.0)
+
+
+@given(
+    shape=st.sampled_from([(5,), (3, 5), (2, 3, 5), (2, 1, 4, 6)]),
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    gradient=st.booleans(),
+)
+def test_property_masked_softmax_equals_the_minus_infinity_reference(
+    shape, seed, dtype, gradient
+):
+    """Any broadcast mask, empty rows included, with a gradient recorded or not (the
+    table reused in place): the weights of the -inf reference, in the scores' dtype,
+    and the scores untouched."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = (10 * torch.randn(shape, generator=generator)).to(dtype)
+    mask = torch.rand(shape[-2:] if len(shape) > 1 else shape, generator=generator)
+    mask = mask > 0.5
+    expected = _reference_softmax(scores.double(), mask)
+    given_scores = scores.clone().requires_grad_(gradient)
+    weights = nt.softmax(given_scores, mask)
+    assert weights.dtype == dtype
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 1e-6
+    torch.testing.assert_close(weights.double(), expected, atol=tolerance, rtol=0)
+    assert torch.equal(given_scores.detach(), scores)
+
+
+def test_gradients_with_an_empty_row_and_a_mask_with_more_axes():
+    """Checks off: the annotation binds ``batch`` to the scores' axes."""
+    scores = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(2, 3, 5) > 0.5
+    mask[0, 1] = False  # an empty row
+    with nt.shape_checks(False):
+        assert torch.autograd.gradcheck(lambda s: nt.softmax(s, mask), (scores,))
+        with torch.no_grad():
+            torch.testing.assert_close(
+                nt.softmax(scores, mask), _reference_softmax(scores, mask)
+            )
+
+
+def test_the_additive_mask_is_zero_where_allowed_and_minus_infinity_elsewhere():
+    mask = torch.tensor([[True, False], [False, False]])
+    for dtype in (None, torch.float16, torch.float64):
+        additive = nt.additive_mask(mask, dtype)
+        assert additive.dtype == (dtype or torch.get_default_dtype())
+        assert torch.equal(additive == 0, mask)
+        assert (additive[~mask] == -torch.inf).all()
+    scores = torch.tensor([[torch.nan, 1.0], [torch.inf, 1.0]])
+    blocked = scores + nt.additive_mask(torch.tensor([False, True]))
+    assert blocked[:, 0].isnan().all()  # NaN and +inf are not hidden, as documented

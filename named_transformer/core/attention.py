@@ -39,8 +39,9 @@ from torch import Tensor
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import automatic_block, blockwise_attention
+from named_transformer.core.masks import additive_mask
 from named_transformer.core.scores import scaled_dot_score
-from named_transformer.core.softmax import softmax
+from named_transformer.core.softmax import softmax, softmax_
 
 __all__ = [
     "attend",
@@ -69,18 +70,17 @@ def attention_weights(
     a query whose every key is blocked, by $M$ or by $B$, gets all zeros, never NaN.
     """
     scores = scaled_dot_score(queries, keys)
-    if score_bias is None:
-        return softmax(scores, mask)
+    if score_bias is None:  # the scores are a fresh table: the weights go over them
+        return softmax_(scores, mask)
     return _biased_softmax(scores + score_bias, mask)
 
 
 def _biased_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     r"""$\nfun{seq}{softmax}(S + B + M)$ from the biased scores $S + B$."""
-    # B may hold the dtype's most negative number, the value softmax fills masked
-    # scores with: here M is a true -inf, so keys that B pushes that low still win over
-    # masked keys (as in the fused kernel), and a row with no finite score gets zeros
+    # B may hold -inf too: a row is empty when B + M hides every key, which only the
+    # scores show; such a row gets zeros
     if mask is not None:
-        scores = scores.masked_fill(~mask, -torch.inf)
+        scores = scores + additive_mask(mask, scores.dtype)
     alive = reduce(scores > -torch.inf, "... seq_q seq -> ... seq_q 1", "any")
     return softmax(scores.masked_fill(~alive, 0.0)) * alive
 

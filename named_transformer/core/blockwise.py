@@ -93,10 +93,10 @@ from einops import reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from named_transformer.axes import _broadcast, checked
+from named_transformer.axes import _broadcast, _fits, checked
 from named_transformer.contraction import einsum
 from named_transformer.core.dropout import dropout as drop
-from named_transformer.core.masks import causal_mask
+from named_transformer.core.masks import additive_mask, causal_mask
 
 __all__ = [
     "BLOCK",
@@ -119,35 +119,18 @@ def _tile_scores(
     r"""$S_b = \hat Q \ndot{key} K_b + B_b + M_b$ for one block of queries and keys.
 
     ``queries`` are scaled already, $\hat Q_b = Q_b / \sqrt{|\mathsf{key}|}$: once
-    per block of queries, not once per block of scores. The boolean ``mask`` becomes
-    $M_b \in \{0, -\infty\}$ and is added, as in the equation: on the CPU, adding
-    a table of the mask's size costs about a tenth of ``masked_fill`` over the
-    scores (a score of $+\infty$, which only an overflow makes, would turn NaN).
+    per block of queries, not once per block of scores. The boolean ``mask`` is
+    added as $M_b \in \{0, -\infty\}$
+    (:func:`~named_transformer.core.masks.additive_mask`), as the equation writes it.
     """
     scores = einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
-    blocked = None if mask is None else _additive(mask, scores.dtype)
+    blocked = None if mask is None else additive_mask(mask, scores.dtype)
     for term in (score_bias, blocked):
         if term is not None and _fits(scores, term):  # in place: the product is
             scores.add_(term)  # fresh, and its gradient needs the factors only
         elif term is not None:  # a term with more batch axes than the scores
             scores = scores + term
     return scores
-
-
-def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    r"""$M \in \{0, -\infty\}$ from a boolean mask, True where attention is
-    allowed."""
-    blocked = torch.full((), -torch.inf, dtype=dtype, device=mask.device)
-    return torch.where(mask, 0.0, blocked)
-
-
-def _fits(table: Tensor, other: Tensor) -> bool:
-    """Whether ``other`` broadcasts into ``table`` as it is (an in-place update
-    cannot grow ``table`` to the batch axes of values or a mask that have more).
-
-    Shapes are compared in Python: ``torch.broadcast_shapes`` costs about 30 µs a
-    call on the CPU, several times a block."""
-    return _broadcast(table.shape, other.shape) == table.shape
 
 
 def _batch_axes(*tables: Tensor | None) -> tuple[int, ...]:

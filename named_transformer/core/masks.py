@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import torch
 from einops import rearrange
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from named_transformer.axes import checked
 
-__all__ = ["causal_mask", "key_padding_mask", "padding_mask", "sliding_window_mask"]
+__all__ = [
+    "additive_mask",
+    "causal_mask",
+    "key_padding_mask",
+    "padding_mask",
+    "sliding_window_mask",
+]
 
 
 # --8<-- [start:causal_mask]
@@ -110,3 +116,24 @@ def key_padding_mask(
 
 
 # --8<-- [end:key_padding_mask]
+
+
+# --8<-- [start:additive_mask]
+@checked
+def additive_mask(
+    mask: Bool[Tensor, "*batch seq"], dtype: torch.dtype | None = None
+) -> Float[Tensor, "*batch seq"]:
+    r"""The equations' $M \in \{0, -\infty\}$ from a boolean mask (True where
+    attention is allowed), in ``dtype`` (default: torch's default dtype).
+
+    Added to the scores, $M$ blocks what the mask blocks: $s + (-\infty) = -\infty$
+    for every score but $+\infty$ and NaN, which stay as poisonous as in
+    ``scaled_dot_product_attention`` (it adds the mask too). On the CPU adding it is
+    one vectorised pass, several times faster than ``masked_fill`` over the scores.
+    """
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    blocked = torch.full((), -torch.inf, dtype=dtype, device=mask.device)
+    return torch.where(mask, 0.0, blocked)
+
+
+# --8<-- [end:additive_mask]

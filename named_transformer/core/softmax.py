@@ -13,13 +13,15 @@ $$\nfun{seq}{softmax}(\beta X)
 from __future__ import annotations
 
 import torch
+from einops import reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 from torch.nn.functional import one_hot
 
-from named_transformer.axes import checked
+from named_transformer.axes import _fits, checked
+from named_transformer.core.masks import additive_mask
 
-__all__ = ["hardmax", "softmax"]
+__all__ = ["hardmax", "softmax", "softmax_"]
 
 
 # --8<-- [start:softmax]
@@ -31,17 +33,42 @@ def softmax(
 ) -> Float[Tensor, "*batch seq"]:
     r"""$\nfun{seq}{softmax}(\beta X + M)$: normalise along the last axis, `seq`.
 
-    ``mask`` is True where a position may be attended; masked positions get weight
-    exactly 0. A row with no allowed position returns all zeros (and zero gradient),
-    never NaN: it is filled with the dtype's most negative finite number rather than
-    $-\infty$, then multiplied by the mask.
+    ``mask`` is True where a position may be attended: $M$ is $-\infty$ elsewhere
+    (:func:`~named_transformer.core.masks.additive_mask`), so masked positions get
+    weight exactly 0. A row with no allowed position returns all zeros (and zero
+    gradient), never NaN: its $M$ is left 0 and its weights are multiplied by 0.
     """
     if beta != 1.0:  # skip a pass over the whole score tensor in the common case
         scores = beta * scores
+    return _softmax(scores, mask, overwrite=beta != 1.0)  # beta X is a fresh table
+
+
+@checked
+def softmax_(
+    scores: Float[Tensor, "*batch seq"],
+    mask: Bool[Tensor, "*#batch #seq"] | None = None,
+) -> Float[Tensor, "*batch seq"]:
+    r""":func:`softmax` written over ``scores`` (in place, PyTorch's trailing
+    underscore), for a table no one else reads: on the CPU a fresh table of the
+    scores' size can cost more, in page faults, than the arithmetic. While a gradient
+    is recorded for ``scores`` it returns a new table, as :func:`softmax` does."""
+    return _softmax(scores, mask, overwrite=True)
+
+
+def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
+    """$\nfun{seq}{softmax}(X + M)$; without a gradient, in one table: ``scores``
+    where ``overwrite`` allows, else the fresh $X + M$."""
+    gradient = torch.is_grad_enabled() and scores.requires_grad
     if mask is None:
-        return torch.softmax(scores, dim=-1)
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return torch.softmax(scores, dim=-1) * mask
+        reuse = overwrite and not gradient
+        return torch.softmax(scores, dim=-1, out=scores if reuse else None)
+    alive = reduce(mask, "... seq -> ... 1", "any")  # the row has a key to attend
+    blocked = additive_mask(mask | ~alive, scores.dtype)  # an empty row: M = 0
+    if gradient:  # autograd keeps softmax's output: nothing is written over
+        return torch.softmax(scores + blocked, dim=-1) * alive
+    fits = overwrite and _fits(scores, blocked)
+    masked = scores.add_(blocked) if fits else scores + blocked
+    return torch.softmax(masked, dim=-1, out=masked).mul_(alive)
 
 
 # --8<-- [end:softmax]

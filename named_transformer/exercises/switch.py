@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from named_transformer.core.blockwise import automatic_block
+from named_transformer.core.softmax import softmax_
 from named_transformer.exercises.learner import load_learner
 from named_transformer.exercises.registry import EXERCISES
 
@@ -44,6 +45,18 @@ _active: list[use] = []
 def _materialise(seq_q: int, seq: int, **_: Any) -> None:
     """:func:`~named_transformer.core.blockwise.automatic_block` while the learner's
     attention is switched in: always the materialising core (None)."""
+
+
+def _writing_nothing_over(
+    softmax: Callable[..., Any],
+) -> Callable[..., Any]:
+    """The learner's ``softmax`` where the library calls its in-place ``softmax_``:
+    the same values, in a new table."""
+
+    def learners_softmax(scores: Any, mask: Any = None) -> Any:
+        return softmax(scores, mask)
+
+    return learners_softmax
 
 
 def _library_modules() -> list[ModuleType]:
@@ -95,6 +108,8 @@ class use:  # noqa: N801 - a switch, read as a verb: nt.exercises.use(DIR)
         if ATTENTION & set(learner):
             # only the materialising core calls them: no blockwise path, however long
             pairs.append((automatic_block, _materialise))
+        if "softmax" in learner:  # the library's in-place softmax is a softmax too
+            pairs.append((softmax_, _writing_nothing_over(learner["softmax"])))
         replacing = {id(library): function for library, function in pairs}
         for module in _library_modules():
             for attribute, value in list(vars(module).items()):
