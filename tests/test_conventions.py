@@ -40,7 +40,7 @@ RAW_ATTRIBUTES = {"T", "mT"}
 JAXTYPING = re.compile(
     r"\b(Float|Int|Bool|Shaped|Num|Integer|Real|Inexact|Complex|UInt)\["
 )
-DIM_KEYWORD_ALLOWED = {("softmax.py", "softmax")}  # the one named-softmax helper
+DIM_KEYWORD_ALLOWED = {("softmax.py", "_softmax")}  # the one named-softmax helper
 
 
 def dotted(node: ast.AST) -> str:

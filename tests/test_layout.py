@@ -154,6 +154,9 @@ ADDED_IN_0_6_0 = [
 ]  # fmt: skip
 
 
+ADDED_IN_0_8_0 = ["additive_mask", "softmax_"]
+
+
 def test_the_public_api_is_what_it_was_plus_what_each_version_added():
     assert sorted(nt.__all__) == sorted(
         PUBLIC
@@ -162,6 +165,7 @@ def test_the_public_api_is_what_it_was_plus_what_each_version_added():
         + ADDED_IN_0_4_0
         + ADDED_IN_0_5_0
         + ADDED_IN_0_6_0
+        + ADDED_IN_0_8_0
     )
     missing = [name for name in nt.__all__ if not hasattr(nt, name)]
     assert not missing, missing

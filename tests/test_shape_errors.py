@@ -31,6 +31,7 @@ ADDITIVE = [r(B, SEQ_Q, KEY_Q), KEYS, r(HIDDEN, KEY_Q), r(HIDDEN, KEY), r(HIDDEN
 # name -> (function, good arguments, bad arguments, the argument the error must name)
 CASES = {
     "softmax": (nt.softmax, [r(B, SEQ), MASK], [r(B, SEQ), BAD_MASK], "mask"),
+    "softmax_": (nt.softmax_, [r(B, SEQ), MASK], [r(B, SEQ), BAD_MASK], "mask"),
     "hardmax": (nt.hardmax, [r(B, SEQ), MASK], [r(B, SEQ), BAD_MASK], "mask"),
     "dot_score": (nt.dot_score, [QUERIES, KEYS], [QUERIES, BAD_KEYS], "keys"),
     "scaled_dot_score": (
@@ -168,6 +169,12 @@ CASES = {
         [torch.tensor([1, 2]), 4],
         [torch.tensor([1.0, 2.0]), 4],
         "lengths",
+    ),
+    "additive_mask": (
+        nt.additive_mask,
+        [MASK, torch.float32],
+        [r(B, SEQ), torch.float32],  # a float table, not a boolean mask
+        "mask",
     ),
     "key_padding_mask": (
         nt.key_padding_mask,
