@@ -19,6 +19,7 @@ from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import (
     BLOCK,
     CROSSOVER,
+    FORWARD_CROSSOVER,
     _key_blocks,
     _query_blocks,
     automatic_block,
@@ -369,14 +370,17 @@ def _crossover_row(batch: int, heads: int, seq: int, key: int, repeats: int) -> 
         {"materialise": backward(materialised), "blockwise": backward(blocked)},
         repeats,
     )
-    chosen = automatic_block(seq, seq)
     return [
         seq, ms(forward[0].median), ms(forward[1].median),
         f"{forward[1].median / forward[0].median:.2f}",
         ms(both[0].median), ms(both[1].median),
         f"{both[1].median / both[0].median:.2f}",
-        "materialise" if chosen is None else f"blockwise ({chosen})",
+        *(_core_name(automatic_block(seq, seq, gradient=g)) for g in (True, False)),
     ]  # fmt: skip
+
+
+def _core_name(block: int | None) -> str:
+    return "materialise" if block is None else f"blockwise ({block})"
 
 
 def crossover(quick: bool) -> str:
@@ -397,11 +401,13 @@ def crossover(quick: bool) -> str:
         "fwd+bwd materialise ms",
         "fwd+bwd blockwise ms",
         "fwd+bwd ratio",
-        "automatic choice",
+        "chosen with a gradient",
+        "chosen without",
     ]
     return table(
         f"15. The crossover: blockwise vs materialising attention (batch {batch}, "
-        f"heads {heads}, key {key}, boolean causal mask; crossover {CROSSOVER})",
+        f"heads {heads}, key {key}, boolean causal mask; crossovers {CROSSOVER} "
+        f"with a gradient, {FORWARD_CROSSOVER} without)",
         header,
         rows,
     )
@@ -428,9 +434,8 @@ def _plain_calls(seq: int, repeats: int) -> list:
             repeats,
         )  # fmt: skip
     memory = _peak_mib("default", seq), _peak_mib("sdpa", seq)
-    chosen = automatic_block(seq, seq)
     return [
-        seq, "materialise" if chosen is None else f"blockwise ({chosen})",
+        seq, _core_name(automatic_block(seq, seq, gradient=False)),
         ms(named.median), ms(sdpa.median), f"{named.median / sdpa.median:.2f}",
         f"{memory[0]:.0f}", f"{memory[1]:.0f}",
         f"{memory[0] / max(memory[1], 1.0):.1f}",

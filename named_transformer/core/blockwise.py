@@ -101,6 +101,7 @@ from named_transformer.core.masks import additive_mask, causal_mask
 __all__ = [
     "BLOCK",
     "CROSSOVER",
+    "FORWARD_CROSSOVER",
     "GPU_BLOCK",
     "GPU_CROSSOVER",
     "automatic_block",
@@ -505,8 +506,9 @@ def blockwise_attention(
 #: positions a block when the core is chosen for the call
 BLOCK = 128
 #: from this many queries and keys on, blockwise attention beat the materialising
-#: path on the machine of the Performance page (its crossover table)
-CROSSOVER = 256
+#: path on the machine of the Performance page (its crossover table): forward and
+#: backward while a gradient is recorded, and forward alone
+CROSSOVER, FORWARD_CROSSOVER = 256, 384
 #: on a GPU: positions a block, and from how many queries and keys on blocks are used
 #: (measured on an H200, see the blockwise page)
 GPU_BLOCK, GPU_CROSSOVER = 2048, 4096
@@ -519,16 +521,20 @@ def automatic_block(
     dropout: float = 0.0,
     value_term: bool = False,
     device: torch.device | str | None = None,
+    gradient: bool = True,
 ) -> int | None:
     r"""The core chosen for a call that asks for no weights: a block size (blockwise)
     or None (materialise). The one rule, which ``nt.attention`` and the modules'
     automatic core follow.
 
     On the CPU, blockwise (``BLOCK``) when queries and keys both number at least
-    ``CROSSOVER``: below it the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits
-    the CPU's caches and one pass over it beats a loop over blocks; above it the table
-    spills to memory and every pass over it (mask, softmax, product) waits for memory.
-    On a GPU (``device``, the queries' device), each block costs a handful of kernel
+    ``CROSSOVER`` (``FORWARD_CROSSOVER`` when no ``gradient`` is recorded): below it
+    the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits the CPU's caches and one
+    pass over it beats a loop over blocks; above it the table spills to memory and
+    every pass over it (mask, softmax, product) waits for memory. Without a gradient
+    the materialising path makes one table and writes the weights over it, and its
+    backward pass, which keeps the weights, is not run: it stays ahead longer. On a
+    GPU (``device``, the queries' device), each block costs a handful of kernel
     launches, so small blocks are slow: it materialises below ``GPU_CROSSOVER`` and
     takes blocks of ``GPU_BLOCK`` from there (as fast as materialising, with a table
     of scores an eighth as large at 4,096 positions). A handful of queries against many
@@ -538,9 +544,19 @@ def automatic_block(
     """
     if value_term or dropout > 0.0:
         return None
-    gpu = device is not None and torch.device(device).type == "cuda"
-    crossover, block = (GPU_CROSSOVER, GPU_BLOCK) if gpu else (CROSSOVER, BLOCK)
+    if device is not None and torch.device(device).type == "cuda":
+        crossover, block = GPU_CROSSOVER, GPU_BLOCK
+    else:
+        crossover, block = (CROSSOVER if gradient else FORWARD_CROSSOVER), BLOCK
     return None if min(seq_q, seq) < crossover else block
+
+
+def _records_gradient(*tensors: Tensor | None) -> bool:
+    """Whether autograd records this call: gradients are enabled and one of the
+    tensors wants one."""
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors
+    )
 
 
 # --8<-- [end:automatic_block]
