@@ -55,7 +55,7 @@ def softmax_(
 
 
 def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
-    """$\nfun{seq}{softmax}(X + M)$; without a gradient, in one table: ``scores``
+    r"""$\nfun{seq}{softmax}(X + M)$; without a gradient, in one table: ``scores``
     where ``overwrite`` allows, else the fresh $X + M$."""
     gradient = torch.is_grad_enabled() and scores.requires_grad
     if mask is None:
