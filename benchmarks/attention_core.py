@@ -19,7 +19,6 @@ from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import (
     BLOCK,
     CROSSOVER,
-    FORWARD_CROSSOVER,
     _key_blocks,
     _query_blocks,
     automatic_block,
@@ -375,7 +374,7 @@ def _crossover_row(batch: int, heads: int, seq: int, key: int, repeats: int) -> 
         f"{forward[1].median / forward[0].median:.2f}",
         ms(both[0].median), ms(both[1].median),
         f"{both[1].median / both[0].median:.2f}",
-        *(_core_name(automatic_block(seq, seq, gradient=g)) for g in (True, False)),
+        _core_name(automatic_block(seq, seq)),
     ]  # fmt: skip
 
 
@@ -401,13 +400,11 @@ def crossover(quick: bool) -> str:
         "fwd+bwd materialise ms",
         "fwd+bwd blockwise ms",
         "fwd+bwd ratio",
-        "chosen with a gradient",
-        "chosen without",
+        "automatic choice",
     ]
     return table(
         f"15. The crossover: blockwise vs materialising attention (batch {batch}, "
-        f"heads {heads}, key {key}, boolean causal mask; crossovers {CROSSOVER} "
-        f"with a gradient, {FORWARD_CROSSOVER} without)",
+        f"heads {heads}, key {key}, boolean causal mask; crossover {CROSSOVER})",
         header,
         rows,
     )
@@ -435,7 +432,7 @@ def _plain_calls(seq: int, repeats: int) -> list:
         )  # fmt: skip
     memory = _peak_mib("default", seq), _peak_mib("sdpa", seq)
     return [
-        seq, _core_name(automatic_block(seq, seq, gradient=False)),
+        seq, _core_name(automatic_block(seq, seq)),
         ms(named.median), ms(sdpa.median), f"{named.median / sdpa.median:.2f}",
         f"{memory[0]:.0f}", f"{memory[1]:.0f}",
         f"{memory[0] / max(memory[1], 1.0):.1f}",

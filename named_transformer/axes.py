@@ -649,14 +649,14 @@ def _broadcast(
     return tuple(reversed(joint))
 
 
+# --8<-- [end:array_check]
+
+
 def _fits(table: torch.Tensor, other: torch.Tensor) -> bool:
     """Whether ``other`` broadcasts into ``table`` as it is: an in-place update cannot
     grow ``table`` to axes that ``other`` has more of. (In Python: on the CPU
     ``torch.broadcast_shapes`` costs about 30 µs a call.)"""
     return _broadcast(table.shape, other.shape) == table.shape
-
-
-# --8<-- [end:array_check]
 
 
 # `Float[Tensor, '*batch seq key']` in an annotation: the dtype kind and the axes

@@ -13,7 +13,6 @@ from named_transformer.core.attention import attend, attention_weights
 from named_transformer.core.blockwise import (
     BLOCK,
     CROSSOVER,
-    FORWARD_CROSSOVER,
     GPU_BLOCK,
     GPU_CROSSOVER,
     automatic_block,
@@ -65,10 +64,6 @@ def test_the_rule():
     assert automatic_block(1, 100_000) is None  # a decoding step: one row per query
     assert automatic_block(4096, 4096, dropout=0.1) is None
     assert automatic_block(4096, 4096, value_term=True) is None
-    # no gradient recorded: the materialising path stays ahead longer
-    assert automatic_block(FORWARD_CROSSOVER - 1, 4096, gradient=False) is None
-    assert automatic_block(FORWARD_CROSSOVER, 4096, gradient=False) == BLOCK
-    assert CROSSOVER < FORWARD_CROSSOVER
     # a GPU: kernel launches, not caches, decide (see the blockwise page)
     assert automatic_block(CROSSOVER, CROSSOVER, device="cpu") == BLOCK
     assert automatic_block(GPU_CROSSOVER - 1, 10_000, device="cuda") is None
@@ -79,7 +74,6 @@ def test_the_rule():
     assert AUTOMATIC.choose(q[..., :9, :], k, 0.0, False) is MATERIALISE
     assert AUTOMATIC.choose(q, k, 0.1, False) is MATERIALISE
     assert AUTOMATIC.choose(q, k, 0.0, True) is MATERIALISE
-    assert AUTOMATIC.choose(q, k, 0.0, False, gradient=False) is MATERIALISE
 
 
 @pytest.fixture
@@ -142,27 +136,6 @@ def test_nt_attention_with_a_score_bias(blockwise_calls):
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
     for a, b in zip(our_grads, their_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
-
-
-@pytest.mark.parametrize("kind", ["causal", "fully-masked-rows"])
-def test_a_call_without_a_gradient_picks_its_core_by_the_forward_crossover(
-    kind, blockwise_calls
-):
-    """Between the two crossovers a call that records no gradient materialises; from
-    FORWARD_CROSSOVER on it takes blocks; both equal the materialising path."""
-    torch.manual_seed(3)
-    for seq, blocked in ((SEQ, False), (FORWARD_CROSSOVER, True)):
-        q, k, v = (x.detach() for x in inputs(seq, seq))
-        mask = masks(seq, seq)[kind]
-        ours = nt.attention(q, k, v, mask)
-        assert bool(blockwise_calls) == blocked, seq
-        torch.testing.assert_close(
-            ours, materialised(q, k, v, mask), rtol=0, atol=1e-12
-        )
-    with torch.no_grad():  # gradients off: inputs that would want one do not count
-        q, k, v = inputs()
-        nt.attention(q, k, v, masks()[kind])
-    assert len(blockwise_calls) == 1
 
 
 def test_short_calls_materialise(blockwise_calls):

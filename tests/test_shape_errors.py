@@ -237,7 +237,6 @@ def test_every_public_function_of_the_core_has_a_case():
         "automatic_block",  # the core's rule, from the sizes
         "BLOCK",  # constants
         "CROSSOVER",
-        "FORWARD_CROSSOVER",
         "GPU_BLOCK",
         "GPU_CROSSOVER",
     }  # no tensors

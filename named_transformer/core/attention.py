@@ -38,11 +38,7 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
-from named_transformer.core.blockwise import (
-    _records_gradient,
-    automatic_block,
-    blockwise_attention,
-)
+from named_transformer.core.blockwise import automatic_block, blockwise_attention
 from named_transformer.core.masks import additive_mask
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax, softmax_
@@ -127,10 +123,7 @@ def attention(
     function, without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory.
     ``attend(attention_weights(...), values)`` always materialises.
     """
-    block = automatic_block(
-        queries.shape[-2], keys.shape[-2], device=queries.device,
-        gradient=_records_gradient(queries, keys, values, score_bias),
-    )  # fmt: skip
+    block = automatic_block(queries.shape[-2], keys.shape[-2], device=queries.device)
     if block is not None:  # the same function, a block of scores at a time
         return blockwise_attention(
             queries, keys, values, mask, block, score_bias=score_bias

@@ -101,7 +101,6 @@ from named_transformer.core.masks import additive_mask, causal_mask
 __all__ = [
     "BLOCK",
     "CROSSOVER",
-    "FORWARD_CROSSOVER",
     "GPU_BLOCK",
     "GPU_CROSSOVER",
     "automatic_block",
@@ -127,9 +126,11 @@ def _tile_scores(
     scores = einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
     blocked = None if mask is None else additive_mask(mask, scores.dtype)
     for term in (score_bias, blocked):
-        if term is not None and _fits(scores, term):  # in place: the product is
-            scores.add_(term)  # fresh, and its gradient needs the factors only
-        elif term is not None:  # a term with more batch axes than the scores
+        if term is None:
+            continue
+        if term.dtype == scores.dtype and _fits(scores, term):  # in place: the
+            scores.add_(term)  # product is fresh, its gradient needs the factors only
+        else:  # more batch axes than the scores, or another dtype to promote to
             scores = scores + term
     return scores
 
@@ -137,12 +138,11 @@ def _tile_scores(
 def _batch_axes(*tables: Tensor | None) -> tuple[int, ...]:
     """The batch axes (all but the last two) that the tables broadcast to."""
     batch: tuple[int, ...] | None = ()
-    for table in tables:
-        if table is not None and batch is not None:
-            batch = _broadcast(batch, table.shape[:-2])
-    if batch is None:  # only with the shape checks off
-        shapes = ", ".join(str(tuple(t.shape)) for t in tables if t is not None)
-        raise ValueError(f"the batch axes of {shapes} do not broadcast")
+    for table in (t for t in tables if t is not None):
+        batch = _broadcast(batch, table.shape[:-2])
+        if batch is None:  # only with the shape checks off
+            shapes = ", ".join(str(tuple(t.shape)) for t in tables if t is not None)
+            raise ValueError(f"the batch axes of {shapes} do not broadcast")
     return batch
 
 
@@ -506,9 +506,8 @@ def blockwise_attention(
 #: positions a block when the core is chosen for the call
 BLOCK = 128
 #: from this many queries and keys on, blockwise attention beat the materialising
-#: path on the machine of the Performance page (its crossover table): forward and
-#: backward while a gradient is recorded, and forward alone
-CROSSOVER, FORWARD_CROSSOVER = 256, 384
+#: path on the machine of the Performance page (its crossover table)
+CROSSOVER = 384
 #: on a GPU: positions a block, and from how many queries and keys on blocks are used
 #: (measured on an H200, see the blockwise page)
 GPU_BLOCK, GPU_CROSSOVER = 2048, 4096
@@ -521,20 +520,16 @@ def automatic_block(
     dropout: float = 0.0,
     value_term: bool = False,
     device: torch.device | str | None = None,
-    gradient: bool = True,
 ) -> int | None:
     r"""The core chosen for a call that asks for no weights: a block size (blockwise)
     or None (materialise). The one rule, which ``nt.attention`` and the modules'
     automatic core follow.
 
     On the CPU, blockwise (``BLOCK``) when queries and keys both number at least
-    ``CROSSOVER`` (``FORWARD_CROSSOVER`` when no ``gradient`` is recorded): below it
-    the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits the CPU's caches and one
-    pass over it beats a loop over blocks; above it the table spills to memory and
-    every pass over it (mask, softmax, product) waits for memory. Without a gradient
-    the materialising path makes one table and writes the weights over it, and its
-    backward pass, which keeps the weights, is not run: it stays ahead longer. On a
-    GPU (``device``, the queries' device), each block costs a handful of kernel
+    ``CROSSOVER``: below it the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits
+    the CPU's caches and one pass over it beats a loop over blocks; above it the table
+    spills to memory and every pass over it (mask, softmax, product) waits for memory.
+    On a GPU (``device``, the queries' device), each block costs a handful of kernel
     launches, so small blocks are slow: it materialises below ``GPU_CROSSOVER`` and
     takes blocks of ``GPU_BLOCK`` from there (as fast as materialising, with a table
     of scores an eighth as large at 4,096 positions). A handful of queries against many
@@ -544,19 +539,9 @@ def automatic_block(
     """
     if value_term or dropout > 0.0:
         return None
-    if device is not None and torch.device(device).type == "cuda":
-        crossover, block = GPU_CROSSOVER, GPU_BLOCK
-    else:
-        crossover, block = (CROSSOVER if gradient else FORWARD_CROSSOVER), BLOCK
+    gpu = device is not None and torch.device(device).type == "cuda"
+    crossover, block = (GPU_CROSSOVER, GPU_BLOCK) if gpu else (CROSSOVER, BLOCK)
     return None if min(seq_q, seq) < crossover else block
-
-
-def _records_gradient(*tensors: Tensor | None) -> bool:
-    """Whether autograd records this call: gradients are enabled and one of the
-    tensors wants one."""
-    return torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in tensors
-    )
 
 
 # --8<-- [end:automatic_block]

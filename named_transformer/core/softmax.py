@@ -35,7 +35,10 @@ def softmax(
     ``mask`` is True where a position may be attended: $M$ is $-\infty$ elsewhere
     (:func:`~named_transformer.core.masks.additive_mask`), so masked positions get
     weight exactly 0. A row with no allowed position returns all zeros (and zero
-    gradient), never NaN: its $M$ is left 0 and its weights are multiplied by 0.
+    gradient), never NaN: its $M$ is left 0 and its weights are multiplied by 0. (Its
+    scores must then be finite: a row of $-\infty$, a bias added beforehand, gives
+    NaN; :func:`~named_transformer.core.attention.attention_weights` takes a bias as
+    ``score_bias`` and gives zeros.)
     """
     if beta != 1.0:  # skip a pass over the whole score tensor in the common case
         scores = beta * scores
@@ -47,25 +50,30 @@ def softmax_(
     scores: Float[Tensor, "*batch seq"],
     mask: Bool[Tensor, "*#batch #seq"] | None = None,
 ) -> Float[Tensor, "*batch seq"]:
-    r""":func:`softmax` written over ``scores`` (in place, PyTorch's trailing
-    underscore), for a table no one else reads: on the CPU a fresh table of the
-    scores' size can cost more, in page faults, than the arithmetic. While a gradient
-    is recorded for ``scores`` it returns a new table, as :func:`softmax` does."""
+    r""":func:`softmax`, written over ``scores`` where it can (in place, PyTorch's
+    trailing underscore), for a table no one else reads: on the CPU a fresh table of
+    the scores' size can cost more, in page faults, than the arithmetic. Use what it
+    returns, and nothing of ``scores`` after it: a new table while a gradient is
+    recorded for ``scores``, under autocast (which computes a softmax in float32)
+    and for a mask with more axes than the scores."""
     return _softmax(scores, mask, overwrite=True)
 
 
 def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
     r"""$\nfun{seq}{softmax}(X + M)$; without a gradient, in one table: ``scores``
     where ``overwrite`` allows, else the fresh $X + M$."""
-    gradient = torch.is_grad_enabled() and scores.requires_grad
+    # autograd keeps softmax's output; autocast does not cast a result given out=
+    new_table = (torch.is_grad_enabled() and scores.requires_grad) or _autocast(
+        scores.device
+    )
     if mask is None:
-        reuse = overwrite and not gradient
+        reuse = overwrite and not new_table
         return torch.softmax(scores, dim=-1, out=scores if reuse else None)
     # the row has a key to attend (reduce(mask, "... seq -> ... 1", "any"), without
     # einops' dispatch, which costs more than the reduction on a mask this small)
     alive = mask.any(dim=-1, keepdim=True)
     blocked = additive_mask(mask | ~alive, scores.dtype)  # an empty row: M = 0
-    if gradient:  # autograd keeps softmax's output: nothing is written over
+    if new_table:
         return torch.softmax(scores + blocked, dim=-1) * alive
     fits = overwrite and _fits(scores, blocked)
     masked = scores.add_(blocked) if fits else scores + blocked
@@ -73,6 +81,15 @@ def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
 
 
 # --8<-- [end:softmax]
+
+
+def _autocast(device: torch.device) -> bool:
+    """Whether autocast is on for ``device`` (never for a device it does not know,
+    such as ``meta``)."""
+    try:
+        return torch.is_autocast_enabled(device.type)
+    except RuntimeError:
+        return False
 
 
 # --8<-- [start:hardmax]

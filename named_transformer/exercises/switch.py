@@ -12,7 +12,7 @@ decoder-only model's attention (through the materialising core), its layer norms
 its feed-forwards are then the learner's code, with the library's weights, training
 loop and sampling around them. ``names`` picks fewer (the ones written so far). While
 an attention function is switched in, the automatic core materialises at every length
-(the blockwise path, chosen from 256 positions on, would not call it).
+(the blockwise path, chosen from 384 positions on, would not call it).
 """
 
 from __future__ import annotations
@@ -45,18 +45,6 @@ _active: list[use] = []
 def _materialise(seq_q: int, seq: int, **_: Any) -> None:
     """:func:`~named_transformer.core.blockwise.automatic_block` while the learner's
     attention is switched in: always the materialising core (None)."""
-
-
-def _writing_nothing_over(
-    softmax: Callable[..., Any],
-) -> Callable[..., Any]:
-    """The learner's ``softmax`` where the library calls its in-place ``softmax_``:
-    the same values, in a new table."""
-
-    def learners_softmax(scores: Any, mask: Any = None) -> Any:
-        return softmax(scores, mask)
-
-    return learners_softmax
 
 
 def _library_modules() -> list[ModuleType]:
@@ -109,7 +97,7 @@ class use:  # noqa: N801 - a switch, read as a verb: nt.exercises.use(DIR)
             # only the materialising core calls them: no blockwise path, however long
             pairs.append((automatic_block, _materialise))
         if "softmax" in learner:  # the library's in-place softmax is a softmax too
-            pairs.append((softmax_, _writing_nothing_over(learner["softmax"])))
+            pairs.append((softmax_, learner["softmax"]))
         replacing = {id(library): function for library, function in pairs}
         for module in _library_modules():
             for attribute, value in list(vars(module).items()):

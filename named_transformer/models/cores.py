@@ -28,11 +28,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from named_transformer.core.attention import attend, attention_weights, fused_attention
-from named_transformer.core.blockwise import (
-    _records_gradient,
-    automatic_block,
-    blockwise_attention,
-)
+from named_transformer.core.blockwise import automatic_block, blockwise_attention
 from named_transformer.core.dropout import dropout as drop
 
 __all__ = [
@@ -137,23 +133,17 @@ class Automatic(Core):
     takes_value_terms = True  # it materialises for one
 
     def choose(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        dropout: float,
-        value_term: bool,
-        gradient: bool = True,
+        self, queries: Tensor, keys: Tensor, dropout: float, value_term: bool
     ) -> Core:
-        """The core this call runs on (``gradient``: whether autograd records it)."""
+        """The core this call runs on."""
         block = automatic_block(
             queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term,
-            device=queries.device, gradient=gradient,
+            device=queries.device,
         )  # fmt: skip
         return MATERIALISE if block is None else Blockwise(block)
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
-        gradient = _records_gradient(queries, keys, values, bias)
-        core = self.choose(queries, keys, dropout, value_term is not None, gradient)
+        core = self.choose(queries, keys, dropout, value_term is not None)
         return core(queries, keys, values, mask, bias, dropout, value_term)
 
 
