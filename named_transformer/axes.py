@@ -659,6 +659,14 @@ def _fits(table: torch.Tensor, other: torch.Tensor) -> bool:
     return _broadcast(table.shape, other.shape) == table.shape
 
 
+def _records_gradient(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records a call on ``tensors``: gradients are enabled and one
+    of them wants one (then a result autograd may need must not be written over)."""
+    if not torch.is_grad_enabled():  # decoding, evaluation: the common early exit
+        return False
+    return any(tensor is not None and tensor.requires_grad for tensor in tensors)
+
+
 # `Float[Tensor, '*batch seq key']` in an annotation: the dtype kind and the axes
 _ANNOTATION = re.compile(
     r"\b(Float|Int|Bool|Shaped)\[\s*Tensor\s*,\s*['\"]([^'\"]*)['\"]"

@@ -31,6 +31,8 @@ import einops
 import torch
 from torch import Tensor
 
+from named_transformer.axes import _records_gradient
+
 __all__ = ["einsum"]
 
 
@@ -90,11 +92,7 @@ class _Plan:
 
     def __call__(self, first: Tensor, second: Tensor) -> Tensor:
         if self.unlifted is not None and (
-            first.numel() >= second.numel()
-            or (
-                torch.is_grad_enabled()
-                and (first.requires_grad or second.requires_grad)
-            )
+            first.numel() >= second.numel() or _records_gradient(first, second)
         ):  # many rows, or a backward pass, which would sum over the broadcast
             return self.unlifted(first, second)
         if self.first_order is not None:

@@ -131,3 +131,40 @@ def test_the_additive_mask_is_zero_where_allowed_and_minus_infinity_elsewhere():
     scores = torch.tensor([[torch.nan, 1.0], [torch.inf, 1.0]])
     blocked = scores + nt.additive_mask(torch.tensor([False, True]))
     assert blocked[:, 0].isnan().all()  # NaN and +inf are not hidden, as documented
+
+
+def test_softmax_in_place_writes_over_the_scores_only_where_it_can():
+    """softmax_'s promise: over ``scores`` without a gradient; a new table while one
+    is recorded, under autocast and for a mask with more axes than the scores; the
+    same weights as softmax every time."""
+    mask = torch.tensor([True, False, True, True, False])
+
+    def call(scores, mask=mask):
+        given = scores.clone()
+        weights = nt.softmax_(given, mask)
+        expected = nt.softmax(scores.detach(), mask)
+        torch.testing.assert_close(weights.detach().float(), expected.float())
+        return weights.data_ptr() == given.data_ptr()
+
+    scores = torch.randn(3, 5)
+    assert call(scores)  # no gradient: written over
+    assert call(scores, None)
+    assert not call(scores.clone().requires_grad_())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not call(scores)
+    with nt.shape_checks(False):  # the annotation binds batch to the scores' axes
+        assert not call(scores, torch.rand(2, 3, 5) > 0.5)
+
+
+def test_an_empty_row_of_minus_infinity_is_nan_as_documented():
+    """softmax's docstring: an empty row's scores must be finite; attention_weights
+    takes the -inf as a score_bias and gives zeros."""
+    scores = torch.full((2, 3), -torch.inf)
+    scores[0] = torch.randn(3)
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    assert nt.softmax(scores, mask)[1].isnan().all()
+    queries, keys = torch.randn(2, 4), torch.randn(3, 4)
+    bias = torch.zeros(2, 3)
+    bias[1] = -torch.inf
+    weights = nt.attention_weights(queries, keys, mask, score_bias=bias)
+    assert torch.equal(weights[1], torch.zeros(3))

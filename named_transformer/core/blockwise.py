@@ -93,7 +93,7 @@ from einops import reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from named_transformer.axes import _broadcast, _fits, checked
+from named_transformer.axes import _broadcast, _fits, _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.masks import additive_mask, causal_mask
@@ -164,7 +164,7 @@ def _exp_shifted(scores: Tensor, shift: Tensor) -> Tensor:
     but dropout's, and the backward pass): a block's table is then allocated once, not
     once for each of the subtraction, the scaling and the exponential (fresh tables
     of a megabyte can cost the CPU page faults, block after block)."""
-    if (torch.is_grad_enabled() and scores.requires_grad) or not _fits(scores, shift):
+    if _records_gradient(scores) or not _fits(scores, shift):
         return _exp(scores - shift)
     return torch.exp2(scores.sub_(shift).mul_(_LOG2_E), out=scores)
 

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from named_transformer.axes import checked
+from named_transformer.axes import _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.inside.recording import tap
 
@@ -122,7 +122,7 @@ def _plus_bias(outputs: Tensor, bias: Tensor) -> Tensor:
     in-place sum saves a temporary as large as the product: in an inference forward
     these are the largest tensors, and allocating them costs more than adding.
     """
-    if torch.is_grad_enabled() and (outputs.requires_grad or bias.requires_grad):
+    if _records_gradient(outputs, bias):
         return outputs + bias
     return outputs.add_(bias)
 

@@ -21,7 +21,7 @@ from jaxtyping import Float
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from named_transformer.axes import checked
+from named_transformer.axes import _records_gradient, checked
 from named_transformer.inside.recording import tap
 
 __all__ = ["layer_norm", "rms_norm", "standardize"]
@@ -38,7 +38,7 @@ def standardize(
 
     Its gradient is written out (``_Standardize`` below) rather than left to autograd.
     """
-    if torch.is_grad_enabled() and inputs.requires_grad:
+    if _records_gradient(inputs):
         return _Standardize.apply(inputs, eps)
     # no gradient wanted (decoding): the arithmetic alone
     return _standardized(inputs, eps)[0]

@@ -17,7 +17,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 from torch.nn.functional import one_hot
 
-from named_transformer.axes import _fits, checked
+from named_transformer.axes import _fits, _records_gradient, checked
 from named_transformer.core.masks import additive_mask
 
 __all__ = ["hardmax", "softmax", "softmax_"]
@@ -63,9 +63,7 @@ def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
     r"""$\nfun{seq}{softmax}(X + M)$; without a gradient, in one table: ``scores``
     where ``overwrite`` allows, else the fresh $X + M$."""
     # autograd keeps softmax's output; autocast does not cast a result given out=
-    new_table = (torch.is_grad_enabled() and scores.requires_grad) or _autocast(
-        scores.device
-    )
+    new_table = _records_gradient(scores) or _autocast(scores.device)
     if mask is None:
         reuse = overwrite and not new_table
         return torch.softmax(scores, dim=-1, out=scores if reuse else None)

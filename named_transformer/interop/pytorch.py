@@ -46,6 +46,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.core.masks import additive_mask
 from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.encoder import Encoder, EncoderLayer
 from named_transformer.models.multihead import MultiHeadAttention, stack_qkv
@@ -123,7 +124,7 @@ def bias_from_torch(
     def as_bias(mask: Tensor) -> Tensor:
         if mask.dtype != torch.bool:
             return mask.to(dtype)
-        return torch.zeros_like(mask, dtype=dtype).masked_fill(mask, -torch.inf)
+        return additive_mask(~mask, dtype)  # PyTorch's boolean masks: True blocks
 
     bias = None if attn_mask is None else as_bias(attn_mask)
     if key_padding_mask is not None:

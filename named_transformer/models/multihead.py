@@ -63,7 +63,7 @@ from einops import pack, rearrange, reduce
 from jaxtyping import Bool, Float, Int, TypeCheckError
 from torch import Tensor, nn
 
-from named_transformer.axes import checked
+from named_transformer.axes import _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.core.attention import _biased_softmax, attend
 from named_transformer.core.dropout import dropout as drop
@@ -292,10 +292,7 @@ def project_qkv(
             )
         values_from = memory
     projections = (w_q, w_k, w_v, weights.b_q, weights.b_k, weights.b_v)
-    recording = torch.is_grad_enabled() and (
-        inputs.requires_grad
-        or any(w is not None and w.requires_grad for w in projections)
-    )
+    recording = _records_gradient(inputs, *projections)
     if recording and memory is inputs and values_from is inputs and weights.stackable:
         w_qkv, b_qkv = stacked_weights(weights)
         projected = stacked_projection(
