@@ -1,6 +1,7 @@
-"""Benchmarks 1, 2, 8, 12, 13, 15, 16 and 20: the attention core against SDPA, the score
-zoo, peak memory; blockwise attention against SDPA, in time and in memory; the
-crossover of the automatic core, and a plain call against PyTorch's own."""
+"""Benchmarks 1, 2, 8, 12, 13, 15, 16, 20 and 21: the attention core against SDPA, the
+score zoo, peak memory; blockwise attention against SDPA, in time and in memory; the
+crossover of the automatic core, and a plain call (with a score bias too) against
+PyTorch's own."""
 
 from __future__ import annotations
 
@@ -469,5 +470,38 @@ def default_vs_pytorch(quick: bool) -> str:
         "(attention: batch 2, heads 8, key 64; modules: batch 1, layer 512, heads 8; "
         "causal mask)",
         header,
+        rows,
+    )
+
+
+
+def _biased_call(seq: int, repeats: int) -> list:
+    """One row of table 21: ``nt.attention`` with a score bias and SDPA given the
+    same bias with -inf where the mask blocks (made before the timing)."""
+    q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
+    bias, mask = torch.randn(8, seq, seq), nt.causal_mask(seq)
+    float_mask = bias.masked_fill(~mask, -torch.inf)
+    with torch.no_grad():
+        named, sdpa = interleaved(
+            {"named": lambda: nt.attention(q, k, v, mask, score_bias=bias),
+             "sdpa": lambda: F.scaled_dot_product_attention(
+                 q, k, v, attn_mask=float_mask)},
+            repeats,
+        )  # fmt: skip
+    return [seq, _core_name(automatic_block(seq, seq)), ms(named.median),
+            ms(sdpa.median), f"{named.median / sdpa.median:.2f}"]  # fmt: skip
+
+
+def biased_vs_pytorch(quick: bool) -> str:
+    """21. A plain call with a score bias $B$ (one per head, ALiBi's kind) and a
+    boolean causal mask (batch 2, heads 8, key 64), against SDPA, forward."""
+    lengths = [64, 256] if quick else [64, 256, 1024, 2048]
+    rows = [
+        _biased_call(seq, 3 if quick else max(5, 20 * 256 // seq)) for seq in lengths
+    ]
+    return table(
+        "21. A plain call with a score bias, forward (batch 2, heads 8, key 64; a bias "
+        "per head and a causal mask; SDPA: the bias with -inf where the mask blocks)",
+        ["seq", "core", "named ms", "SDPA ms", "nt.attention / SDPA"],
         rows,
     )

@@ -65,6 +65,7 @@ def main() -> None:
     with nt.shape_checks(False):
         print(attention_core.crossover(args.quick))
         print(attention_core.default_vs_pytorch(args.quick))
+        print(attention_core.biased_vs_pytorch(args.quick))
     print(decoding.step_breakdown(args.quick))
     print(smollm2.smollm2(args.quick))
     print(checks.check_cost(args.quick))

@@ -221,6 +221,30 @@ def test_minus_infinity_in_the_bias_blocks_like_the_mask_zeros_never_nan():
     assert torch.equal(grads[0][3][blocked], torch.zeros(int(blocked.sum())).double())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_biased_weights_without_a_gradient_equal_those_with_one(dtype):
+    # without a gradient the bias, the mask and the softmax go over the scores' table
+    q, k = qkv(2, dtype=dtype)[:2]
+    bias = score_biases(2, SEQ_Q, SEQ, dtype=dtype)
+    bias[0, 2] = -torch.inf  # a row the bias blocks entirely: zeros
+    bias[1, 3, 0] = torch.nan  # a NaN stays a NaN row, as in SDPA
+    mask = torch.rand(SEQ_Q, SEQ) > 0.3
+    mask[4] = False  # a row the mask blocks entirely: zeros
+    with torch.no_grad():
+        fast = nt.attention_weights(q, k, mask, score_bias=bias)
+    slow = nt.attention_weights(
+        q.requires_grad_(), k, mask, score_bias=bias.requires_grad_()
+    )
+    torch.testing.assert_close(fast, slow.detach(), atol=0, rtol=0, equal_nan=True)
+    assert torch.equal(fast[0, 2], torch.zeros(SEQ, dtype=dtype))
+    assert torch.equal(fast[:, 4], torch.zeros(2, SEQ, dtype=dtype))
+    assert fast[1, 3].isnan().all() and not fast[1, :3].isnan().any()
+    scores = nt.scaled_dot_score(q.detach(), k) + bias
+    expected = torch.softmax(scores.masked_fill(~mask, -torch.inf), dim=-1)
+    alive = ~(expected.isnan().all(dim=-1))  # the empty rows: NaN in plain softmax
+    torch.testing.assert_close(fast[alive], expected[alive], equal_nan=True)
+
+
 def test_gradcheck_attention_with_a_score_bias():
     q, k, v = qkv(2, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(SEQ_Q, SEQ, dtype=torch.float64, requires_grad=True)

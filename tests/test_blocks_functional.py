@@ -3,6 +3,7 @@ functions."""
 
 import math
 
+import einops
 import pytest
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,19 @@ def test_standardize_and_layer_norm_equal_f_layer_norm():
         nt.layer_norm(x, gamma, beta, 1e-6),
         F.layer_norm(x, (LAYER,), gamma, beta, 1e-6),
     )
+
+
+@pytest.mark.parametrize("gradient", [False, True])
+def test_standardize_equals_its_equation_with_and_without_a_gradient(gradient):
+    # without a gradient standardize hands X̂ to PyTorch's fused layer_norm, with one
+    # it computes the arithmetic: both against the equation written out in float64
+    x = (torch.randn(3, SEQ, LAYER, dtype=torch.float64) * 4 + 2).requires_grad_(
+        gradient
+    )
+    mean = einops.reduce(x, "... layer -> ... 1", "mean")
+    variance = einops.reduce((x - mean) ** 2, "... layer -> ... 1", "mean")
+    expected = (x - mean) / torch.sqrt(variance + 0.5)
+    torch.testing.assert_close(nt.standardize(x, 0.5), expected, rtol=0, atol=1e-12)
 
 
 def test_layer_norm_written_out_gradient_equals_f_layer_norm_gradient():

@@ -40,7 +40,8 @@ RAW_ATTRIBUTES = {"T", "mT"}
 JAXTYPING = re.compile(
     r"\b(Float|Int|Bool|Shaped|Num|Integer|Real|Inexact|Complex|UInt)\["
 )
-DIM_KEYWORD_ALLOWED = {("softmax.py", "_softmax")}  # the one named-softmax helper
+# the named softmax's helpers: the softmax over seq, with and without a mask
+DIM_KEYWORD_ALLOWED = {("softmax.py", "_softmax"), ("softmax.py", "_alive_rows")}
 
 
 def dotted(node: ast.AST) -> str:

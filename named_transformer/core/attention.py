@@ -36,12 +36,12 @@ from einops import rearrange, reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from named_transformer.axes import checked
+from named_transformer.axes import _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import automatic_block, blockwise_attention
-from named_transformer.core.masks import additive_mask
+from named_transformer.core.masks import _plus_terms, additive_mask
 from named_transformer.core.scores import scaled_dot_score
-from named_transformer.core.softmax import softmax, softmax_
+from named_transformer.core.softmax import _alive_rows, _autocast, softmax, softmax_
 
 __all__ = [
     "attend",
@@ -72,17 +72,19 @@ def attention_weights(
     scores = scaled_dot_score(queries, keys)
     if score_bias is None:  # the scores are a fresh table: the weights go over them
         return softmax_(scores, mask)
-    return _biased_softmax(scores + score_bias, mask)
+    return _biased_softmax(scores, score_bias, mask)
 
 
-def _biased_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
-    r"""$\nfun{seq}{softmax}(S + B + M)$ from the biased scores $S + B$."""
-    # B may hold -inf too: a row is empty when B + M hides every key, which only the
-    # scores show; such a row gets zeros
-    if mask is not None:
-        scores = scores + additive_mask(mask, scores.dtype)
-    alive = reduce(scores > -torch.inf, "... seq_q seq -> ... seq_q 1", "any")
-    return softmax(scores.masked_fill(~alive, 0.0)) * alive
+def _biased_softmax(scores: Tensor, score_bias: Tensor, mask: Tensor | None) -> Tensor:
+    r"""$\nfun{seq}{softmax}(S + B + M)$ from the fresh scores $S$, over them where no
+    gradient is recorded."""
+    blocked = None if mask is None else additive_mask(mask, scores.dtype)
+    scores = _plus_terms(scores, score_bias, blocked)
+    # B may hold -inf too: a row is empty when B + M hides every key, which only its
+    # maximum shows (a NaN row stays alive, and NaN); its scores become 0, its weights 0
+    alive = reduce(scores, "... seq_q seq -> ... seq_q 1", "max") != -torch.inf
+    new_table = _records_gradient(scores) or _autocast(scores.device)
+    return _alive_rows(scores.masked_fill_(~alive, 0.0), alive, new_table)
 
 
 # --8<-- [end:attention_weights]

@@ -96,7 +96,7 @@ from torch import Tensor
 from named_transformer.axes import _broadcast, _fits, _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.core.dropout import dropout as drop
-from named_transformer.core.masks import additive_mask, causal_mask
+from named_transformer.core.masks import _plus_terms, additive_mask, causal_mask
 
 __all__ = [
     "BLOCK",
@@ -125,14 +125,7 @@ def _tile_scores(
     """
     scores = einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq")
     blocked = None if mask is None else additive_mask(mask, scores.dtype)
-    for term in (score_bias, blocked):
-        if term is None:
-            continue
-        if term.dtype == scores.dtype and _fits(scores, term):  # in place: the
-            scores.add_(term)  # product is fresh, its gradient needs the factors only
-        else:  # more batch axes than the scores, or another dtype to promote to
-            scores = scores + term
-    return scores
+    return _plus_terms(scores, score_bias, blocked)  # into the fresh product
 
 
 def _batch_axes(*tables: Tensor | None) -> tuple[int, ...]:

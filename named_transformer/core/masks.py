@@ -14,7 +14,7 @@ from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from named_transformer.axes import checked
+from named_transformer.axes import _fits, checked
 
 __all__ = [
     "additive_mask",
@@ -137,3 +137,18 @@ def additive_mask(
 
 
 # --8<-- [end:additive_mask]
+
+
+def _plus_terms(scores: Tensor, *terms: Tensor | None) -> Tensor:
+    """``scores`` + each term (a bias $B$, a mask's $M$; None: none), added into
+    ``scores``, a fresh product of the caller's, where the term has its dtype and
+    shape (the sum's gradient needs neither operand, so autograd allows it); else a
+    new table (more batch axes than the scores, or a dtype to promote to)."""
+    for term in terms:
+        if term is None:
+            continue
+        if term.dtype == scores.dtype and _fits(scores, term):
+            scores.add_(term)
+        else:
+            scores = scores + term
+    return scores

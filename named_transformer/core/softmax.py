@@ -72,10 +72,18 @@ def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
     alive = mask.any(dim=-1, keepdim=True)
     blocked = additive_mask(mask | ~alive, scores.dtype)  # an empty row: M = 0
     if new_table:
-        return torch.softmax(scores + blocked, dim=-1) * alive
+        return _alive_rows(scores + blocked, alive, new_table)
     fits = overwrite and _fits(scores, blocked)
-    masked = scores.add_(blocked) if fits else scores + blocked
-    return torch.softmax(masked, dim=-1, out=masked).mul_(alive)
+    return _alive_rows(scores.add_(blocked) if fits else scores + blocked, alive, False)
+
+
+def _alive_rows(scores: Tensor, alive: Tensor, new_table: bool) -> Tensor:
+    r"""$\nfun{seq}{softmax}(X) \odot$ ``alive``, the weights over ``scores`` (a fresh
+    table) unless ``new_table``: the rows with no key to attend become zeros (their
+    scores must be finite)."""
+    if new_table:
+        return torch.softmax(scores, dim=-1) * alive
+    return torch.softmax(scores, dim=-1, out=scores).mul_(alive)
 
 
 # --8<-- [end:softmax]
