@@ -13,7 +13,8 @@ reject the prime itself.
 `checked` is the decorator on every public function and every `forward`:
 `jaxtyped(typechecker=beartype)`. It binds each axis name to one size per call, so a
 wrong size fails at the call where it entered, naming the argument and the axis.
-`shape_checks(False)` turns checking off (for speed and for `torch.compile`).
+`shape_checks(False)` turns checking off (for speed); `torch.compile` traces a checked
+function without its check.
 """
 
 from __future__ import annotations
@@ -158,18 +159,21 @@ def checked(fn: _F) -> _F:
     without jaxtyping's and beartype's wrappers, and its result is checked against the
     axes its arguments bound. Any other call goes through them, which accept it or
     raise their error; so does a call whose result the quick check rejects, run a
-    second time to get their error.
+    second time to get their error. While ``torch.compile`` traces, calls run
+    unchecked: check shapes with an eager call.
     """
     typed = jaxtyped(typechecker=_typechecker)(fn)
     read_quick = _QuickCheck.later(fn)
 
     @functools.wraps(fn)
     def check(*args: Any, **kwargs: Any) -> Any:
-        if jaxtyping.config.jaxtyping_disable:  # off: no check, nothing to explain
+        # off: no check, nothing to explain. While torch.compile traces, none either:
+        # the compiled graph could not run one (it replays the tensor operations
+        # alone), and the full check's own Python does not trace (beartype's verdict
+        # on a traced mask's result is its error path, which graph-breaks)
+        if jaxtyping.config.jaxtyping_disable or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
-        # while torch.compile traces: the full check, which it has always traced
-        quick = _FULL if torch.compiler.is_compiling() else read_quick()
-        result = quick.run(fn, args, kwargs)
+        result = read_quick().run(fn, args, kwargs)
         if result is not _REJECTED:
             return result
         # rejected arguments, or a wrong result (a bug in fn: the call again), for
