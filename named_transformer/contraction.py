@@ -23,12 +23,14 @@ raises its own error), and every call while
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
 
 import einops
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from named_transformer.axes import _records_gradient
@@ -67,7 +69,9 @@ class _Plan:
     """One contraction as ``torch.matmul``: the first operand laid out as
     (batch…, free, contracted), the second as (batch…, contracted, free), and
     the product (batch…, first's free, second's free) moved to the output's
-    order.
+    order. A projection by a matrix laid out (free, contracted), a weight
+    ``hidden layer``, is ``linear``: PyTorch's ``F.linear`` reads the matrix as it
+    lies, with less work around the product than a transposed view and ``matmul``.
 
     ``batch``, ``first_free``, ``contracted`` and ``second_free`` count axes; the
     permutations are None where the layout already fits. The last ``lifted`` batch
@@ -89,6 +93,7 @@ class _Plan:
     output_order: tuple[int, ...] | None
     lifted: int = 0
     unlifted: _Plan | None = None
+    linear: bool = False
 
     def __call__(self, first: Tensor, second: Tensor) -> Tensor:
         if self.unlifted is not None and (
@@ -97,6 +102,8 @@ class _Plan:
             return self.unlifted(first, second)
         if self.first_order is not None:
             first = first.permute(self.first_order)  # allow-raw: the plan's layout
+        if self.linear:  # a weight (free, contracted), as PyTorch's linear reads it
+            return F.linear(first, second)  # allow-raw: the one contraction
         if self.second_order is not None:
             second = second.permute(self.second_order)  # allow-raw: the plan's layout
         batch, free, contracted = self.batch, self.first_free, self.contracted
@@ -183,6 +190,11 @@ def _plan(pattern: str, first_ndim: int, second_ndim: int) -> _Plan | None:
     second_free = [n for n in out if n in second and n not in first]
     contracted = [n for n in first if n in second and n not in out]
     plan = _laid_out(first, second, out, batch, first_free, contracted, second_free)
+    if (
+        not batch and len(contracted) == len(second_free) == 1
+        and plan.second_order == (1, 0) and plan.output_order is None
+    ):  # fmt: skip
+        return dataclasses.replace(plan, linear=True)
     lifted = _lifted(second, second_free, contracted)
     if not lifted:
         return plan

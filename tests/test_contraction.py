@@ -92,6 +92,8 @@ def test_equals_einops_values_and_gradients(case):
     expected = torch.autograd.grad(theirs, (first, second), grad)
     plan = _plan(pattern, first.ndim, second.ndim)
     ways = [lambda a, b: einsum(a, b, pattern)]
+    if plan is not None and plan.linear:
+        event("a projection by a weight, F.linear")
     if plan is not None and plan.lifted:
         event("a plan that lifts")
         ways += [dataclasses.replace(plan, unlifted=None), plan.unlifted]
@@ -118,6 +120,37 @@ def test_the_plan_takes_the_package_s_patterns():
         ("... heads seq_q val, heads val layer -> ... seq_q layer", (4, 3)),
     ]:
         assert _plan(pattern, *ranks) is not None, pattern
+    # a weight (hidden layer) as it lies: PyTorch's linear
+    assert _plan("... layer, hidden layer -> ... hidden", 3, 2).linear
+    assert not _plan("... seq layer, heads layer key -> ... heads seq key", 3, 3).linear
+
+
+@pytest.mark.parametrize(
+    "pattern, first_shape",
+    [
+        ("... layer, hidden layer -> ... hidden", (2, 3, 4)),
+        ("layer, hidden layer -> hidden", (4,)),
+        ("seq layer, hidden layer -> seq hidden", (3, 4)),
+        ("layer seq, hidden layer -> seq hidden", (4, 3)),  # permuted, then linear
+        ("... layer, hidden layer -> ... hidden", (2, 3, 1)),  # 1: einops broadcasts
+    ],
+)
+def test_a_projection_by_a_weight_equals_einops(pattern, first_shape):
+    first = torch.randn(first_shape, dtype=torch.float64, requires_grad=True)
+    second = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    assert _plan(pattern, first.ndim, second.ndim).linear
+    ours, theirs = einsum(first, second, pattern), einops.einsum(first, second, pattern)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    grad = torch.randn_like(theirs)
+    for got, reference in zip(
+        torch.autograd.grad(ours, (first, second), grad),
+        torch.autograd.grad(theirs, (first, second), grad),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, reference, rtol=1e-12, atol=1e-12)
+    if 1 not in first_shape:  # a contracted axis of another size, not 1: refused
+        with pytest.raises(RuntimeError):
+            einsum(first, torch.randn(5, 3, dtype=torch.float64), pattern)
 
 
 def test_unequal_contracted_axes_are_refused_as_einops_refuses_them():
