@@ -8,6 +8,7 @@ exported here when no built site is given; each is run on a dozen real inputs.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -69,13 +70,28 @@ def _about(name: str):
     return lambda message: f"{name}: {message}"
 
 
-def _same(onnx: dict[str, torch.Tensor], expected: tuple, names: list[str]) -> None:
+def _same(
+    onnx: dict[str, torch.Tensor],
+    expected: tuple,
+    names: list[str],
+    exact: tuple | None = None,
+) -> None:
     """Every attention weight to 1e-5. The model's output to 1e-5 plus 1e-4 of its
     size: a confident model's logits reach 40 or more, and the two runtimes' float32
-    matrix products, summed in different orders, differ in their last digits."""
+    matrix products, summed in different orders, differ in their last digits. Given
+    ``exact``, the same model's outputs in float64, an output may instead be as close
+    to them as PyTorch's own float32 run (within twice its largest error, plus 1e-5):
+    a trained model's long input can carry either runtime's float32 rounding further
+    than the fixed tolerance."""
     assert list(onnx) == names
-    for name, want in zip(names, expected, strict=True):
+    for index, (name, want) in enumerate(zip(names, expected, strict=True)):
         tolerance = TOL if ".weights:" in name else {**TOL, "rtol": 1e-4}
+        if exact is not None and ".weights:" not in name:
+            truth = exact[index]
+            ours = (want.double() - truth).abs().max().item()
+            theirs = (onnx[name].double() - truth).abs().max().item()
+            assert theirs <= 2 * ours + TOL["atol"], (name, theirs, ours)
+            continue
         torch.testing.assert_close(onnx[name], want, **tolerance, msg=_about(name))
 
 
@@ -190,11 +206,13 @@ def test_every_live_model_equals_pytorch_on_a_dozen_inputs(live_models, name):
     names = [o["name"] for o in sidecar["outputs"]]
     reads = sidecar["tokenizer"]["reads"]
     assert len(TEXTS[reads]) == 12
+    in_float64 = copy.deepcopy(live.module).double()
     for text in TEXTS[reads]:
         feeds = _feeds(live, sidecar, text)
         with torch.no_grad():
-            expected = live.module(*feeds)
-        _same(nt.run_onnx(live_models / f"{name}.onnx", *feeds), expected, names)
+            expected, exact = live.module(*feeds), in_float64(*feeds)
+        onnx = nt.run_onnx(live_models / f"{name}.onnx", *feeds)
+        _same(onnx, expected, names, exact)
 
 
 def test_live_sidecars_say_how_to_read_text(live_models):
