@@ -474,7 +474,6 @@ def default_vs_pytorch(quick: bool) -> str:
     )
 
 
-
 def _biased_call(seq: int, repeats: int) -> list:
     """One row of table 21: ``nt.attention`` with a score bias and SDPA given the
     same bias with -inf where the mask blocks (made before the timing)."""

@@ -9,9 +9,10 @@ one batched matrix product, every time. Here the pattern of two operands is read
 per pattern and number of dimensions: which axes are batch axes (in both operands and
 the output), which are contracted (in both, not the output) and which belong to one
 operand. Each call then makes the one ``torch.matmul`` with only the moves the layout
-needs. On one token (a cached decoding step, the Performance page's table 17) that
-saves several microseconds a contraction, a fair share of a small product's time (the
-notation page times one).
+needs (a projection by a weight stored (free, contracted), ``hidden layer``, is one
+``F.linear``, which reads it as it lies). On one token (a cached decoding step, the
+Performance page's table 17) that saves several microseconds a contraction, a fair
+share of a small product's time (the notation page times one).
 
 Anything else goes to ``einops.einsum`` unchanged: three or more operands, an axis
 summed away from one operand alone, a repeated axis (a diagonal), a contracted axis of
@@ -23,10 +24,9 @@ raises its own error), and every call while
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import einops
 import torch
@@ -51,7 +51,7 @@ def einsum(*tensors_and_pattern):
         if plan is not None:
             try:
                 return plan(first, second)
-            except RuntimeError:  # sizes one matmul cannot pair: a size-1 axis
+            except RuntimeError:  # sizes one product cannot pair: a size-1 axis
                 pass  # summed against a longer one broadcasts in einops, or an error
     return einops.einsum(*tensors_and_pattern)
 
@@ -194,7 +194,7 @@ def _plan(pattern: str, first_ndim: int, second_ndim: int) -> _Plan | None:
         not batch and len(contracted) == len(second_free) == 1
         and plan.second_order == (1, 0) and plan.output_order is None
     ):  # fmt: skip
-        return dataclasses.replace(plan, linear=True)
+        return replace(plan, linear=True)
     lifted = _lifted(second, second_free, contracted)
     if not lifted:
         return plan

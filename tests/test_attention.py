@@ -245,6 +245,12 @@ def test_biased_weights_without_a_gradient_equal_those_with_one(dtype):
     torch.testing.assert_close(fast[alive], expected[alive], equal_nan=True)
 
 
+def test_a_score_bias_over_no_keys_gives_no_weights():
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 0, 4)
+    weights = nt.attention_weights(q, k, score_bias=torch.zeros(3, 0))
+    assert weights.shape == (2, 3, 0)
+
+
 def test_gradcheck_attention_with_a_score_bias():
     q, k, v = qkv(2, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(SEQ_Q, SEQ, dtype=torch.float64, requires_grad=True)

@@ -36,6 +36,14 @@ def llama_layout(dtype=torch.float32, seed=0) -> nt.LanguageModel:
     return model.to(dtype).eval()
 
 
+def alibi_layout() -> nt.LanguageModel:
+    """ALiBi: a score bias B in every self-attention (the biased softmax's path)."""
+    torch.manual_seed(5)
+    config = nt.TransformerConfig(decoder_layers=2, layer=12, heads=3, hidden=20,
+                                  dropout=0.0)  # fmt: skip
+    return nt.LanguageModel(VOCAB, config, positions="alibi").eval()
+
+
 def encoder_decoder() -> nt.Transformer:
     torch.manual_seed(1)
     config = nt.TransformerConfig(
@@ -51,6 +59,7 @@ def _tokens(*shape, seed=2, vocab=VOCAB):
 def runs():
     """(name, model, a function running it) for every model kind."""
     lm, llama, transformer = gpt2_layout(), llama_layout(), encoder_decoder()
+    alibi = alibi_layout()
     torch.manual_seed(3)
     classifier = nt.TransformerClassifier(VOCAB, 4, num_layers=2, dropout=0.0).eval()
     text = nt.TextEncoder(
@@ -65,6 +74,7 @@ def runs():
     return [
         ("gpt2", lm, lambda: lm(tokens)),
         ("llama", llama, lambda: llama(tokens)),
+        ("alibi", alibi, lambda: alibi(tokens)),
         ("transformer", transformer, lambda: transformer(tokens, target)),
         ("classifier", classifier, lambda: classifier(tokens, mask)),
         ("text_encoder", text, lambda: text(tokens, mask)),
@@ -131,6 +141,8 @@ def test_the_names_the_issue_asks_for_are_recorded():
             "blocks.layers.0.self_attention.rotated_keys",
             "blocks.layers.0.feed_forward.gate", "blocks.layers.0.feed_forward.up",
         ],
+        "alibi": ["blocks.layers.1.self_attention.scores",
+                  "blocks.layers.1.self_attention.weights"],
         "transformer": [
             "stacks.encoder.layers.1.self_attention.weights",
             "stacks.decoder.layers.1.cross_attention.weights",
@@ -155,6 +167,21 @@ def test_the_names_the_issue_asks_for_are_recorded():
     assert len(found.calls("positions.table")) == 2  # the source's, then the target's
     with pytest.raises(ValueError, match=r"tapped 2 times.*calls"):
         found["positions.table"]
+
+
+def test_recorded_biased_scores_are_not_written_over_by_the_weights():
+    # the biased softmax works over its own table; the recorded S + B is the tap's
+    model = dict((n, m) for n, m, _ in RUNS)["alibi"]
+    tokens = _tokens(2, 7)
+    for gradient in (False, True):  # without one, the weights go over a table
+        with torch.set_grad_enabled(gradient), record(model, ["*.s*", "*.w*"]) as found:
+            model(tokens)
+        name = "blocks.layers.0.self_attention."
+        scores, weights = found[name + "scores"].tensor, found[name + "weights"].tensor
+        assert torch.isfinite(scores).all()  # S + B: the mask not added into it
+        causal = nt.causal_mask(7)
+        expected = torch.softmax(scores.masked_fill(~causal, -torch.inf), dim=-1)
+        torch.testing.assert_close(weights, expected)
 
 
 def test_bahdanau_steps_stack_into_the_alignment_matrix():

@@ -36,12 +36,12 @@ from einops import rearrange, reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from named_transformer.axes import _records_gradient, checked
+from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import automatic_block, blockwise_attention
 from named_transformer.core.masks import _plus_terms, additive_mask
 from named_transformer.core.scores import scaled_dot_score
-from named_transformer.core.softmax import _alive_rows, _autocast, softmax, softmax_
+from named_transformer.core.softmax import _alive_rows, _new_table, softmax, softmax_
 
 __all__ = [
     "attend",
@@ -72,19 +72,23 @@ def attention_weights(
     scores = scaled_dot_score(queries, keys)
     if score_bias is None:  # the scores are a fresh table: the weights go over them
         return softmax_(scores, mask)
-    return _biased_softmax(scores, score_bias, mask)
+    return _biased_softmax(_plus_terms(scores, score_bias), mask, overwrite=True)
 
 
-def _biased_softmax(scores: Tensor, score_bias: Tensor, mask: Tensor | None) -> Tensor:
-    r"""$\nfun{seq}{softmax}(S + B + M)$ from the fresh scores $S$, over them where no
-    gradient is recorded."""
-    blocked = None if mask is None else additive_mask(mask, scores.dtype)
-    scores = _plus_terms(scores, score_bias, blocked)
+def _biased_softmax(biased: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
+    r"""$\nfun{seq}{softmax}(S + B + M)$ from the biased scores $S + B$: $M$ is added
+    into them where ``overwrite`` allows (a fresh table no one else holds), and the
+    weights go over them too when no gradient is recorded."""
+    if biased.shape[-1] == 0:  # no key at all: nothing to normalise
+        return softmax(biased)
+    if not overwrite:  # a table another holds (a recording's, an edit): a copy
+        biased = biased.clone()
+    blocked = None if mask is None else additive_mask(mask, biased.dtype)
+    biased = _plus_terms(biased, blocked)
     # B may hold -inf too: a row is empty when B + M hides every key, which only its
     # maximum shows (a NaN row stays alive, and NaN); its scores become 0, its weights 0
-    alive = reduce(scores, "... seq_q seq -> ... seq_q 1", "max") != -torch.inf
-    new_table = _records_gradient(scores) or _autocast(scores.device)
-    return _alive_rows(scores.masked_fill_(~alive, 0.0), alive, new_table)
+    alive = reduce(biased, "... seq_q seq -> ... seq_q 1", "max") != -torch.inf
+    return _alive_rows(biased.masked_fill_(~alive, 0.0), alive, _new_table(biased))
 
 
 # --8<-- [end:attention_weights]

@@ -136,9 +136,6 @@ def additive_mask(
     return torch.where(mask, 0.0, blocked)
 
 
-# --8<-- [end:additive_mask]
-
-
 def _plus_terms(scores: Tensor, *terms: Tensor | None) -> Tensor:
     """``scores`` + each term (a bias $B$, a mask's $M$; None: none), added into
     ``scores``, a fresh product of the caller's, where the term has its dtype and
@@ -152,3 +149,6 @@ def _plus_terms(scores: Tensor, *terms: Tensor | None) -> Tensor:
         else:
             scores = scores + term
     return scores
+
+
+# --8<-- [end:additive_mask]

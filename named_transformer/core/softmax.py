@@ -17,8 +17,8 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 from torch.nn.functional import one_hot
 
-from named_transformer.axes import _fits, _records_gradient, checked
-from named_transformer.core.masks import additive_mask
+from named_transformer.axes import _records_gradient, checked
+from named_transformer.core.masks import _plus_terms, additive_mask
 
 __all__ = ["hardmax", "softmax", "softmax_"]
 
@@ -62,8 +62,7 @@ def softmax_(
 def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
     r"""$\nfun{seq}{softmax}(X + M)$; without a gradient, in one table: ``scores``
     where ``overwrite`` allows, else the fresh $X + M$."""
-    # autograd keeps softmax's output; autocast does not cast a result given out=
-    new_table = _records_gradient(scores) or _autocast(scores.device)
+    new_table = _new_table(scores)
     if mask is None:
         reuse = overwrite and not new_table
         return torch.softmax(scores, dim=-1, out=scores if reuse else None)
@@ -71,10 +70,9 @@ def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
     # einops' dispatch, which costs more than the reduction on a mask this small)
     alive = mask.any(dim=-1, keepdim=True)
     blocked = additive_mask(mask | ~alive, scores.dtype)  # an empty row: M = 0
-    if new_table:
-        return _alive_rows(scores + blocked, alive, new_table)
-    fits = overwrite and _fits(scores, blocked)
-    return _alive_rows(scores.add_(blocked) if fits else scores + blocked, alive, False)
+    into = overwrite and not new_table  # else X + M is the fresh table
+    masked = _plus_terms(scores, blocked) if into else scores + blocked
+    return _alive_rows(masked, alive, new_table)
 
 
 def _alive_rows(scores: Tensor, alive: Tensor, new_table: bool) -> Tensor:
@@ -84,6 +82,13 @@ def _alive_rows(scores: Tensor, alive: Tensor, new_table: bool) -> Tensor:
     if new_table:
         return torch.softmax(scores, dim=-1) * alive
     return torch.softmax(scores, dim=-1, out=scores).mul_(alive)
+
+
+def _new_table(scores: Tensor) -> bool:
+    """Whether a softmax of ``scores`` must make a new table rather than write over
+    them: autograd keeps softmax's output, and autocast does not cast a result given
+    ``out=``."""
+    return _records_gradient(scores) or _autocast(scores.device)
 
 
 # --8<-- [end:softmax]

@@ -340,7 +340,8 @@ class _TappedCore(Materialise):
         if bias is None:
             weights = softmax(self._tap("scores", scores), mask)
         else:
-            weights = _biased_softmax(self._tap("scores", scores + bias), mask)
+            tapped = self._tap("scores", scores + bias)  # the record's, or an edit
+            weights = _biased_softmax(tapped, mask, overwrite=False)
         weights = self._tap("weights", weights)
         dropped = drop(weights, dropout, dropout > 0.0)
         outputs = attend(dropped, values)
