@@ -18,11 +18,11 @@ import named_transformer as nt
 from benchmarks.common import interleaved, ms, table
 from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import (
-    BLOCK,
     CROSSOVER,
     _key_blocks,
     _query_blocks,
     automatic_block,
+    block_size,
     blockwise_attention,
 )
 from named_transformer.interop.pytorch import from_torch
@@ -159,7 +159,7 @@ def peak_memory(quick: bool) -> str:
 
 
 def _causal_pair(
-    batch: int, heads: int, seq: int, key: int, block: int, repeats: int,
+    batch: int, heads: int, seq: int, key: int, block: int | None, repeats: int,
     compiled_block: int | None = None,
 ):  # fmt: skip
     """Forward, and forward + backward, of blockwise (causal blocks skipped) and SDPA
@@ -239,13 +239,13 @@ def _compiled_references(q, k, v, block: int) -> dict:
 
 def blockwise_vs_sdpa(quick: bool) -> str:
     """12. Blockwise named attention (causal blocks skipped) against SDPA with
-    ``is_causal=True``: forward (target <= 1.5x), and forward + backward; in a full
-    run, the forward compiled too (target <= 1.0x), in blocks of 256: at 2,048
-    positions, blocks of 128 took three times as long to compile and ran no faster,
-    blocks of 512 ran slower."""
+    ``is_causal=True``: forward (target <= 1.5x), and forward + backward, the plain
+    call (blocks of ``block_size``'s); in a full run, the forward compiled too
+    (target <= 1.0x), in blocks of 256: at 2,048 positions, blocks of 128 took three
+    times as long to compile and ran no faster, blocks of 512 ran slower."""
     lengths = [64, 128] if quick else [1024, 2048, 4096]
     batch, heads, key = 2, 8, 64
-    block = 32 if quick else 128
+    block = 32 if quick else None  # None: the plain call's, block_size
     compiled_block = None if quick else 256
     rows, references = [], []
     for seq in lengths:
@@ -273,6 +273,7 @@ def blockwise_vs_sdpa(quick: bool) -> str:
         rows.append(
             [
                 seq,
+                block or block_size(seq, seq),
                 ms(named.median),
                 ms(sdpa.median),
                 f"{named.median / sdpa.median:.2f}",
@@ -284,6 +285,7 @@ def blockwise_vs_sdpa(quick: bool) -> str:
         )
     header = [
         "seq",
+        "block",
         "blockwise ms",
         "SDPA ms",
         "blockwise / SDPA",
@@ -296,8 +298,9 @@ def blockwise_vs_sdpa(quick: bool) -> str:
     ]
     twelve = table(
         f"12. Blockwise named attention vs SDPA, forward (batch {batch} × heads "
-        f"{heads} × key {key}, causal; block {block}, compiled: block "
-        f"{compiled_block or 'none'})",
+        f"{heads} × key {key}, causal; "
+        + (f"block {block}" if block else "no block given: block_size's")
+        + f"; compiled: block {compiled_block or 'none'})",
         header,
         rows,
     )
@@ -352,7 +355,7 @@ def _crossover_row(batch: int, heads: int, seq: int, key: int, repeats: int) -> 
         return _materialised(q, k, v, mask)
 
     def blocked(q, k, v):
-        return blockwise_attention(q, k, v, mask, BLOCK)
+        return blockwise_attention(q, k, v, mask, block_size(seq, seq))
 
     with torch.no_grad():
         forward = interleaved(
@@ -396,7 +399,7 @@ def crossover(quick: bool) -> str:
     header = [
         "seq",
         "materialise ms",
-        f"blockwise ({BLOCK}) ms",
+        "blockwise ms",
         "blockwise / materialise",
         "fwd+bwd materialise ms",
         "fwd+bwd blockwise ms",
@@ -502,5 +505,60 @@ def biased_vs_pytorch(quick: bool) -> str:
         "21. A plain call with a score bias, forward (batch 2, heads 8, key 64; a bias "
         "per head and a causal mask; SDPA: the bias with -inf where the mask blocks)",
         ["seq", "core", "named ms", "SDPA ms", "nt.attention / SDPA"],
+        rows,
+    )
+
+
+def _block_size_row(seq: int, blocks: list[int], repeats: int) -> list:
+    """One row of table 22: causal blockwise attention in each block size, forward
+    and forward + backward, as shares of SDPA's time (``is_causal=True``),
+    interleaved."""
+    q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    grad = torch.randn(2, 8, seq, 64)
+    calls = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True)}  # fmt: skip
+    for block in blocks:
+        calls[block] = lambda q, k, v, block=block: blockwise_attention(
+            q, k, v, block=block, causal=True
+        )
+    with torch.no_grad():
+        forward = interleaved(
+            {name: lambda call=call: call(q, k, v) for name, call in calls.items()},
+            repeats,
+        )
+    both = interleaved(
+        {name: lambda call=call: torch.autograd.grad(call(*leaves), leaves, grad)
+         for name, call in calls.items()},
+        repeats,
+    )  # fmt: skip
+    cells = []
+    for timings in (forward, both):
+        sdpa, *named = timings
+        ratios = [t.median / sdpa.median for t in named]
+        cells += [f"{r:.2f}" for r in ratios]
+        cells.append(named[ratios.index(min(ratios))].name)
+    return [seq, *cells, block_size(seq, seq)]
+
+
+def block_sizes(quick: bool) -> str:
+    """22. What the block size costs: causal blockwise attention in blocks of 128,
+    256 and 512 against SDPA (``is_causal=True``), forward and forward + backward;
+    the block ``block_size`` gives a call that names none, beside the fastest."""
+    lengths = [64, 128] if quick else [1024, 2048, 4096]
+    blocks = [16, 32] if quick else [128, 256, 512]
+    rows = [
+        _block_size_row(seq, blocks, 3 if quick else max(5, 20 * 1024 // seq))
+        for seq in lengths
+    ]
+    header = ["seq"]
+    for pass_ in ("forward", "fwd+bwd"):
+        header += [f"{pass_} block {block} / SDPA" for block in blocks]
+        header.append(f"{pass_} fastest block")
+    header.append("block_size")
+    return table(
+        "22. Block sizes: causal blockwise attention vs SDPA (batch 2, heads 8, key "
+        "64; as a share of SDPA's time)",
+        header,
         rows,
     )

@@ -64,6 +64,7 @@ def main() -> None:
     print(inside.taps(args.quick))
     with nt.shape_checks(False):
         print(attention_core.crossover(args.quick))
+        print(attention_core.block_sizes(args.quick))
         print(attention_core.default_vs_pytorch(args.quick))
         print(attention_core.biased_vs_pytorch(args.quick))
     print(decoding.step_breakdown(args.quick))

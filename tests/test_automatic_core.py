@@ -15,7 +15,10 @@ from named_transformer.core.blockwise import (
     CROSSOVER,
     GPU_BLOCK,
     GPU_CROSSOVER,
+    LONG,
+    LONG_BLOCK,
     automatic_block,
+    block_size,
 )
 from named_transformer.models.cores import AUTOMATIC, MATERIALISE, Blockwise
 from named_transformer.models.relative import RelativeMultiHeadAttention
@@ -74,6 +77,43 @@ def test_the_rule():
     assert AUTOMATIC.choose(q[..., :9, :], k, 0.0, False) is MATERIALISE
     assert AUTOMATIC.choose(q, k, 0.1, False) is MATERIALISE
     assert AUTOMATIC.choose(q, k, 0.0, True) is MATERIALISE
+
+
+def test_the_block_size():
+    """Blocks grow with the sequence on the CPU; a GPU takes its own."""
+    assert block_size(LONG - 1, 100_000) == BLOCK == automatic_block(LONG - 1, LONG)
+    assert block_size(LONG, LONG) == LONG_BLOCK == automatic_block(LONG, LONG)
+    assert LONG_BLOCK > BLOCK
+    assert block_size(LONG, LONG, device="cpu") == LONG_BLOCK
+    assert block_size(1, 1, device="cuda") == GPU_BLOCK
+    assert automatic_block(GPU_CROSSOVER, GPU_CROSSOVER, device="cuda") == GPU_BLOCK
+
+
+@pytest.mark.parametrize("seq_q", [39, 40])
+def test_a_call_given_no_block_takes_the_block_size(seq_q, monkeypatch):
+    """``blockwise_attention`` without ``block``, and the blockwise core without
+    one, run blocks of :func:`block_size`'s for the call, and equal the pages' path
+    (here the long rule starts at 40 positions)."""
+    monkeypatch.setattr(blockwise, "LONG", 40)
+    monkeypatch.setattr(blockwise, "BLOCK", 16)
+    monkeypatch.setattr(blockwise, "LONG_BLOCK", 32)
+    tilings = []
+    original = blockwise._BlockwiseAttention.apply
+
+    def recorded(*arguments):
+        tilings.append(arguments[-1])
+        return original(*arguments)
+
+    monkeypatch.setattr(blockwise._BlockwiseAttention, "apply", recorded)
+    torch.manual_seed(0)
+    q, k, v = inputs(seq_q, 50)
+    mask = nt.causal_mask(seq_q, 50)
+    expected = 16 if seq_q < 40 else 32
+    plain = materialised(q, k, v, mask)
+    torch.testing.assert_close(nt.blockwise_attention(q, k, v, mask), plain)
+    core, _ = Blockwise()(q, k, v, mask, None, 0.0)
+    torch.testing.assert_close(core, plain)
+    assert [tiling.block for tiling in tilings] == [expected, expected]
 
 
 @pytest.fixture

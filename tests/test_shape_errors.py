@@ -235,10 +235,13 @@ def test_every_public_function_of_the_core_has_a_case():
         "rotary_angles",
         "alibi_slopes",
         "automatic_block",  # the core's rule, from the sizes
+        "block_size",
         "BLOCK",  # constants
         "CROSSOVER",
         "GPU_BLOCK",
         "GPU_CROSSOVER",
+        "LONG",
+        "LONG_BLOCK",
     }  # no tensors
     missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"

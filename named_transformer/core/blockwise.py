@@ -103,7 +103,10 @@ __all__ = [
     "CROSSOVER",
     "GPU_BLOCK",
     "GPU_CROSSOVER",
+    "LONG",
+    "LONG_BLOCK",
     "automatic_block",
+    "block_size",
     "blockwise_attention",
 ]
 
@@ -460,7 +463,7 @@ def blockwise_attention(
     keys: Float[Tensor, "*#batch seq key"],
     values: Float[Tensor, "*#batch seq val"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    block: int = 128,
+    block: int | None = None,
     *,
     score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
     causal: bool = False,
@@ -473,13 +476,15 @@ def blockwise_attention(
 
     The same function as :func:`~named_transformer.core.attention.attention` (tests
     check values and gradients). ``block``: positions per block of queries and of
-    keys. ``causal=True`` adds the causal mask of
-    :func:`~named_transformer.core.masks.causal_mask` (first query at position
-    ``offset``) and skips the blocks it hides, compiled or not; a tensor ``mask`` is
-    applied block by block, its hidden blocks skipped when running eagerly.
-    ``dropout`` drops weights while ``training``.
+    keys; None takes :func:`block_size`'s for these lengths. ``causal=True`` adds the
+    causal mask of :func:`~named_transformer.core.masks.causal_mask` (first query at
+    position ``offset``) and skips the blocks it hides, compiled or not; a tensor
+    ``mask`` is applied block by block, its hidden blocks skipped when running
+    eagerly. ``dropout`` drops weights while ``training``.
     """
-    if isinstance(block, bool) or block < 1:
+    if block is None:
+        block = block_size(queries.shape[-2], keys.shape[-2], device=queries.device)
+    elif isinstance(block, bool) or block < 1:
         raise ValueError(
             f"block must be a positive number of positions, got block={block!r}"
         )
@@ -496,14 +501,29 @@ def blockwise_attention(
 
 
 # --8<-- [start:automatic_block]
-#: positions a block when the core is chosen for the call
-BLOCK = 128
+#: positions a block on the CPU: BLOCK, and LONG_BLOCK from LONG queries and keys on
+#: (each block of queries reads every key block before it, so the keys and values
+#: pass through memory once per block of queries: fewer, larger blocks for long
+#: sequences; measured on the machine of the Performance page, see the blockwise page)
+BLOCK, LONG_BLOCK, LONG = 128, 256, 2048
 #: from this many queries and keys on, blockwise attention beat the materialising
 #: path on the machine of the Performance page (its crossover table)
 CROSSOVER = 384
 #: on a GPU: positions a block, and from how many queries and keys on blocks are used
 #: (measured on an H200, see the blockwise page)
 GPU_BLOCK, GPU_CROSSOVER = 2048, 4096
+
+
+def block_size(
+    seq_q: int, seq: int, *, device: torch.device | str | None = None
+) -> int:
+    """Positions a block for blockwise attention over ``seq_q`` queries and ``seq``
+    keys: what :func:`blockwise_attention` takes when given no ``block``, and what
+    the automatic core runs. On a GPU (``device``), ``GPU_BLOCK``; on the CPU,
+    ``BLOCK``, and ``LONG_BLOCK`` when both number at least ``LONG``."""
+    if _on_gpu(device):
+        return GPU_BLOCK
+    return LONG_BLOCK if min(seq_q, seq) >= LONG else BLOCK
 
 
 def automatic_block(
@@ -514,15 +534,15 @@ def automatic_block(
     value_term: bool = False,
     device: torch.device | str | None = None,
 ) -> int | None:
-    r"""The core chosen for a call that asks for no weights: a block size (blockwise)
-    or None (materialise). The one rule, which ``nt.attention`` and the modules'
-    automatic core follow.
+    r"""The core chosen for a call that asks for no weights: a block size (blockwise,
+    :func:`block_size`) or None (materialise). The one rule, which ``nt.attention``
+    and the modules' automatic core follow.
 
-    On the CPU, blockwise (``BLOCK``) when queries and keys both number at least
-    ``CROSSOVER``: below it the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits
-    the CPU's caches and one pass over it beats a loop over blocks; above it the table
-    spills to memory and every pass over it (mask, softmax, product) waits for memory.
-    On a GPU (``device``, the queries' device), each block costs a handful of kernel
+    On the CPU, blockwise when queries and keys both number at least ``CROSSOVER``:
+    below it the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits the CPU's
+    caches and one pass over it beats a loop over blocks; above it the table spills
+    to memory and every pass over it (mask, softmax, product) waits for memory. On a
+    GPU (``device``, the queries' device), each block costs a handful of kernel
     launches, so small blocks are slow: it materialises below ``GPU_CROSSOVER`` and
     takes blocks of ``GPU_BLOCK`` from there (as fast as materialising, with a table
     of scores an eighth as large at 4,096 positions). A handful of queries against many
@@ -532,9 +552,14 @@ def automatic_block(
     """
     if value_term or dropout > 0.0:
         return None
-    gpu = device is not None and torch.device(device).type == "cuda"
-    crossover, block = (GPU_CROSSOVER, GPU_BLOCK) if gpu else (CROSSOVER, BLOCK)
-    return None if min(seq_q, seq) < crossover else block
+    crossover = GPU_CROSSOVER if _on_gpu(device) else CROSSOVER
+    if min(seq_q, seq) < crossover:
+        return None
+    return block_size(seq_q, seq, device=device)
+
+
+def _on_gpu(device: torch.device | str | None) -> bool:
+    return device is not None and torch.device(device).type == "cuda"
 
 
 # --8<-- [end:automatic_block]

@@ -86,12 +86,16 @@ class Materialise(Core):
 
 @dataclass(frozen=True)
 class Blockwise(Core):
-    """``block`` queries and keys at a time, with an online softmax."""
+    """``block`` queries and keys at a time, with an online softmax (None: the
+    block size :func:`~named_transformer.core.blockwise.block_size` gives each
+    call)."""
 
-    block: int = 128
+    block: int | None = None
     name = "blockwise"
 
     def __post_init__(self) -> None:
+        if self.block is None:
+            return
         if isinstance(self.block, bool) or self.block < 1:
             raise ValueError(
                 f"block must be a positive number of positions, got {self.block!r}"
