@@ -1,7 +1,7 @@
-"""Benchmarks 1, 2, 8, 12, 13, 15, 16, 20 and 21: the attention core against SDPA, the
-score zoo, peak memory; blockwise attention against SDPA, in time and in memory; the
-crossover of the automatic core, and a plain call (with a score bias too) against
-PyTorch's own."""
+"""Benchmarks 1, 2, 8, 12, 13, 15, 16, 20, 21 and 22: the attention core against SDPA,
+the score zoo, peak memory; blockwise attention against SDPA, in time and in memory;
+the crossover of the automatic core, and a plain call (with a score bias too) against
+PyTorch's own; the block sizes."""
 
 from __future__ import annotations
 
@@ -273,7 +273,7 @@ def blockwise_vs_sdpa(quick: bool) -> str:
         rows.append(
             [
                 seq,
-                block or block_size(seq, seq),
+                block if block is not None else block_size(seq, seq),
                 ms(named.median),
                 ms(sdpa.median),
                 f"{named.median / sdpa.median:.2f}",
@@ -355,7 +355,7 @@ def _crossover_row(batch: int, heads: int, seq: int, key: int, repeats: int) -> 
         return _materialised(q, k, v, mask)
 
     def blocked(q, k, v):
-        return blockwise_attention(q, k, v, mask, block_size(seq, seq))
+        return blockwise_attention(q, k, v, mask)  # blocks of block_size's
 
     with torch.no_grad():
         forward = interleaved(
@@ -519,7 +519,7 @@ def _block_size_row(seq: int, blocks: list[int], repeats: int) -> list:
     calls = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(
         q, k, v, is_causal=True)}  # fmt: skip
     for block in blocks:
-        calls[block] = lambda q, k, v, block=block: blockwise_attention(
+        calls[str(block)] = lambda q, k, v, block=block: blockwise_attention(
             q, k, v, block=block, causal=True
         )
     with torch.no_grad():

@@ -476,11 +476,12 @@ def blockwise_attention(
 
     The same function as :func:`~named_transformer.core.attention.attention` (tests
     check values and gradients). ``block``: positions per block of queries and of
-    keys; None takes :func:`block_size`'s for these lengths. ``causal=True`` adds the
-    causal mask of :func:`~named_transformer.core.masks.causal_mask` (first query at
-    position ``offset``) and skips the blocks it hides, compiled or not; a tensor
-    ``mask`` is applied block by block, its hidden blocks skipped when running
-    eagerly. ``dropout`` drops weights while ``training``.
+    keys; None takes :func:`block_size`'s for these lengths and the queries' device.
+    ``causal=True`` adds the causal mask of
+    :func:`~named_transformer.core.masks.causal_mask` (first query at position
+    ``offset``) and skips the blocks it hides, compiled or not; a tensor ``mask`` is
+    applied block by block, its hidden blocks skipped when running eagerly.
+    ``dropout`` drops weights while ``training``.
     """
     if block is None:
         block = block_size(queries.shape[-2], keys.shape[-2], device=queries.device)
@@ -502,7 +503,7 @@ def blockwise_attention(
 
 # --8<-- [start:automatic_block]
 #: positions a block on the CPU: BLOCK, and LONG_BLOCK from LONG queries and keys on
-#: (each block of queries reads every key block before it, so the keys and values
+#: (each block of queries reads every block of keys and values it may attend, so they
 #: pass through memory once per block of queries: fewer, larger blocks for long
 #: sequences; measured on the machine of the Performance page, see the blockwise page)
 BLOCK, LONG_BLOCK, LONG = 128, 256, 2048
@@ -559,6 +560,7 @@ def automatic_block(
 
 
 def _on_gpu(device: torch.device | str | None) -> bool:
+    """Whether ``device`` is a CUDA device (None: the CPU)."""
     return device is not None and torch.device(device).type == "cuda"
 
 
