@@ -286,13 +286,13 @@ def blockwise_vs_sdpa(quick: bool) -> str:
     header = [
         "seq",
         "block",
-        "blockwise ms",
+        "named ms",
         "SDPA ms",
-        "blockwise / SDPA",
+        "named / SDPA",
         "compiled ms",
         "compiled / SDPA",
         "compile s",
-        "fwd+bwd blockwise ms",
+        "fwd+bwd named ms",
         "fwd+bwd SDPA ms",
         "fwd+bwd ratio",
     ]
