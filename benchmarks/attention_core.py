@@ -1,7 +1,7 @@
-"""Benchmarks 1, 2, 8, 12, 13, 15, 16, 20, 21 and 22: the attention core against SDPA,
-the score zoo, peak memory; blockwise attention against SDPA, in time and in memory;
-the crossover of the automatic core, and a plain call (with a score bias too) against
-PyTorch's own; the block sizes."""
+"""Benchmarks 1, 2, 8, 12, 13, 15, 16, 20, 21, 22 and 23: the attention core against
+SDPA, the score zoo, peak memory; blockwise attention against SDPA, in time and in
+memory; the crossover of the automatic core, and a plain call (with a score bias, with
+no mask) against PyTorch's own; the block sizes."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from benchmarks.common import interleaved, ms, table
 from named_transformer.contraction import einsum
 from named_transformer.core.blockwise import (
     CROSSOVER,
+    FULL_CROSSOVER,
     _key_blocks,
     _query_blocks,
     automatic_block,
@@ -273,7 +274,7 @@ def blockwise_vs_sdpa(quick: bool) -> str:
         rows.append(
             [
                 seq,
-                block if block is not None else block_size(seq, seq),
+                block if block is not None else block_size(),
                 ms(named.median),
                 ms(sdpa.median),
                 f"{named.median / sdpa.median:.2f}",
@@ -345,11 +346,13 @@ def blockwise_memory(quick: bool) -> str:
     )
 
 
-def _crossover_row(batch: int, heads: int, seq: int, key: int, repeats: int) -> list:
-    """Materialising and blockwise attention at one length, forward and forward +
-    backward, interleaved."""
+def _crossover_row(
+    batch: int, heads: int, seq: int, key: int, repeats: int, causal: bool
+) -> list:
+    """Materialising and blockwise attention at one length, with a boolean causal
+    mask or none, forward and forward + backward, interleaved."""
     q, k, v = (torch.randn(batch, heads, seq, key) for _ in range(3))
-    mask = nt.causal_mask(seq)
+    mask = nt.causal_mask(seq) if causal else None
 
     def materialised(q, k, v):
         return _materialised(q, k, v, mask)
@@ -374,11 +377,12 @@ def _crossover_row(batch: int, heads: int, seq: int, key: int, repeats: int) -> 
         repeats,
     )
     return [
-        seq, ms(forward[0].median), ms(forward[1].median),
+        "causal" if causal else "none", seq,
+        ms(forward[0].median), ms(forward[1].median),
         f"{forward[1].median / forward[0].median:.2f}",
         ms(both[0].median), ms(both[1].median),
         f"{both[1].median / both[0].median:.2f}",
-        _core_name(automatic_block(seq, seq)),
+        _core_name(automatic_block(seq, seq, all_tiles=not causal)),
     ]  # fmt: skip
 
 
@@ -388,15 +392,23 @@ def _core_name(block: int | None) -> str:
 
 def crossover(quick: bool) -> str:
     """15. Where blockwise attention starts to beat the materialising path: both with
-    a boolean causal mask, forward and forward + backward, and the core that
+    a boolean causal mask (blockwise skips the tiles it hides) and with none (every
+    tile computed), forward and forward + backward, and the core that
     ``automatic_block`` picks at each length."""
-    lengths = [32, 64] if quick else [64, 128, 192, 256, 384, 512]
+    lengths = {
+        True: [32, 64] if quick else [64, 128, 192, 256, 384, 512],
+        False: [32, 64] if quick else [256, 384, 512, 640, 768, 1024],
+    }
     batch, heads, key = 2, 8, 64
     rows = [
-        _crossover_row(batch, heads, seq, key, 3 if quick else max(7, 40 * 64 // seq))
-        for seq in lengths
+        _crossover_row(
+            batch, heads, seq, key, 3 if quick else max(7, 40 * 64 // seq), causal
+        )
+        for causal in (True, False)
+        for seq in lengths[causal]
     ]
     header = [
+        "mask",
         "seq",
         "materialise ms",
         "blockwise ms",
@@ -408,7 +420,8 @@ def crossover(quick: bool) -> str:
     ]
     return table(
         f"15. The crossover: blockwise vs materialising attention (batch {batch}, "
-        f"heads {heads}, key {key}, boolean causal mask; crossover {CROSSOVER})",
+        f"heads {heads}, key {key}; crossover {CROSSOVER} with a boolean causal "
+        f"mask, {FULL_CROSSOVER} with none)",
         header,
         rows,
     )
@@ -509,18 +522,18 @@ def biased_vs_pytorch(quick: bool) -> str:
     )
 
 
-def _block_size_row(seq: int, blocks: list[int], repeats: int) -> list:
-    """One row of table 22: causal blockwise attention in each block size, forward
-    and forward + backward, as shares of SDPA's time (``is_causal=True``),
+def _block_size_row(seq: int, blocks: list[int], repeats: int, causal: bool) -> list:
+    """One row of table 22: blockwise attention, causal or with no mask, in each block
+    size, forward and forward + backward, as shares of SDPA's time (the same mask),
     interleaved."""
     q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     grad = torch.randn(2, 8, seq, 64)
     calls = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(
-        q, k, v, is_causal=True)}  # fmt: skip
+        q, k, v, is_causal=causal)}  # fmt: skip
     for block in blocks:
         calls[str(block)] = lambda q, k, v, block=block: blockwise_attention(
-            q, k, v, block=block, causal=True
+            q, k, v, block=block, causal=causal
         )
     with torch.no_grad():
         forward = interleaved(
@@ -538,27 +551,75 @@ def _block_size_row(seq: int, blocks: list[int], repeats: int) -> list:
         ratios = [t.median / sdpa.median for t in named]
         cells += [f"{r:.2f}" for r in ratios]
         cells.append(named[ratios.index(min(ratios))].name)
-    return [seq, *cells, block_size(seq, seq)]
+    return ["causal" if causal else "none", seq, *cells, block_size()]
 
 
 def block_sizes(quick: bool) -> str:
-    """22. What the block size costs: causal blockwise attention in blocks of 128,
-    256 and 512 against SDPA (``is_causal=True``), forward and forward + backward;
-    the block ``block_size`` gives a call that names none, beside the fastest."""
-    lengths = [64, 128] if quick else [1024, 2048, 4096]
+    """22. What the block size costs: blockwise attention in blocks of 128, 256 and
+    512 against SDPA, causal (``is_causal=True``) and with no mask, forward and
+    forward + backward; the block ``block_size`` gives a call that names none, beside
+    the fastest."""
+    lengths = {
+        True: [64, 128] if quick else [1024, 2048, 4096],
+        False: [64] if quick else [1024, 2048],
+    }
     blocks = [16, 32] if quick else [128, 256, 512]
     rows = [
-        _block_size_row(seq, blocks, 3 if quick else max(5, 20 * 1024 // seq))
-        for seq in lengths
+        _block_size_row(seq, blocks, 3 if quick else max(5, 20 * 1024 // seq), causal)
+        for causal in (True, False)
+        for seq in lengths[causal]
     ]
-    header = ["seq"]
+    header = ["mask", "seq"]
     for pass_ in ("forward", "fwd+bwd"):
         header += [f"{pass_} block {block} / SDPA" for block in blocks]
         header.append(f"{pass_} fastest block")
     header.append("block_size")
     return table(
-        "22. Block sizes: causal blockwise attention vs SDPA (batch 2, heads 8, key "
-        "64; as a share of SDPA's time)",
+        "22. Block sizes: blockwise attention vs SDPA, causal and with no mask (batch "
+        "2, heads 8, key 64; as a share of SDPA's time)",
         header,
         rows,
     )
+
+
+def _unmasked_call(seq: int, repeats: int) -> list:
+    """One row of table 23: ``nt.attention`` and SDPA with no mask, forward and
+    forward + backward, interleaved."""
+    q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    grad = torch.randn(2, 8, seq, 64)
+    calls = {"named": nt.attention, "sdpa": F.scaled_dot_product_attention}
+    with torch.no_grad():
+        forward = interleaved(
+            {name: lambda call=call: call(q, k, v) for name, call in calls.items()},
+            repeats,
+        )
+    both = interleaved(
+        {name: lambda call=call: torch.autograd.grad(call(*leaves), leaves, grad)
+         for name, call in calls.items()},
+        repeats,
+    )  # fmt: skip
+    core = _core_name(automatic_block(seq, seq, all_tiles=True))
+    return [seq, core] + [
+        cell
+        for named, sdpa in (forward, both)
+        for cell in (ms(named.median), ms(sdpa.median),
+                     f"{named.median / sdpa.median:.2f}")  # fmt: skip
+    ]
+
+
+def unmasked_vs_pytorch(quick: bool) -> str:
+    """23. A plain call with no mask (every tile computed), against SDPA with none,
+    forward and forward + backward."""
+    lengths = [64, 256] if quick else [64, 256, 512, 1024, 2048, 4096]
+    rows = [
+        _unmasked_call(seq, 3 if quick else max(5, 20 * 256 // seq))
+        for seq in lengths
+    ]
+    return table(
+        "23. A plain call with no mask, forward and forward + backward (batch 2, "
+        "heads 8, key 64)",
+        ["seq", "core", "named ms", "SDPA ms", "nt.attention / SDPA",
+         "fwd+bwd named ms", "fwd+bwd SDPA ms", "fwd+bwd ratio"],
+        rows,
+    )  # fmt: skip

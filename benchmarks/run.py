@@ -67,6 +67,7 @@ def main() -> None:
         print(attention_core.block_sizes(args.quick))
         print(attention_core.default_vs_pytorch(args.quick))
         print(attention_core.biased_vs_pytorch(args.quick))
+        print(attention_core.unmasked_vs_pytorch(args.quick))
     print(decoding.step_breakdown(args.quick))
     print(smollm2.smollm2(args.quick))
     print(checks.check_cost(args.quick))

@@ -13,18 +13,17 @@ from named_transformer.core.attention import attend, attention_weights
 from named_transformer.core.blockwise import (
     BLOCK,
     CROSSOVER,
+    FULL_CROSSOVER,
     GPU_BLOCK,
     GPU_CROSSOVER,
-    LONG,
-    LONG_BLOCK,
     automatic_block,
     block_size,
 )
 from named_transformer.models.cores import AUTOMATIC, MATERIALISE, Blockwise
 from named_transformer.models.relative import RelativeMultiHeadAttention
 
-# long enough for the blockwise choice, short enough for two cores: 2 blocks, uneven
-SEQ = CROSSOVER + 9
+# long enough for the blockwise choice with every kind of mask: 4 blocks, uneven
+SEQ = FULL_CROSSOVER + 9
 BATCH, HEADS, KEY, VAL = 2, 2, 4, 3
 
 
@@ -34,7 +33,7 @@ def masks(seq_q: int = SEQ, seq: int = SEQ) -> dict:
     padding = nt.key_padding_mask(torch.tensor([seq, 40]), seq)[:, None]
     dead = nt.causal_mask(seq_q, seq).clone()
     dead[3] = False  # a query that may attend nothing: zeros, not NaN
-    dead[150:170] = False  # a block of them, across a block boundary
+    dead[250:270] = False  # a block of them, across a block boundary
     return {
         "none": None,
         "causal": nt.causal_mask(seq_q, seq),
@@ -63,6 +62,10 @@ def values_and_gradients(output, leaves):
 
 def test_the_rule():
     assert automatic_block(CROSSOVER, CROSSOVER) == BLOCK
+    # every tile computed (no mask, a padding mask): blockwise wins later
+    assert automatic_block(FULL_CROSSOVER - 1, 10_000, all_tiles=True) is None
+    assert automatic_block(FULL_CROSSOVER, FULL_CROSSOVER, all_tiles=True) == BLOCK
+    assert CROSSOVER < FULL_CROSSOVER
     assert automatic_block(CROSSOVER - 1, 10_000) is None  # a short table
     assert automatic_block(1, 100_000) is None  # a decoding step: one row per query
     assert automatic_block(4096, 4096, dropout=0.1) is None
@@ -74,28 +77,27 @@ def test_the_rule():
     assert automatic_block(4096, 4096, dropout=0.1, device="cuda") is None
     q, k, _ = inputs()
     assert AUTOMATIC.choose(q, k, 0.0, False) == Blockwise(BLOCK)
+    short = q[..., : FULL_CROSSOVER - 1, :]
+    causal = nt.causal_mask(FULL_CROSSOVER - 1, SEQ)
+    assert AUTOMATIC.choose(short, k, 0.0, False, causal) == Blockwise(BLOCK)
+    assert AUTOMATIC.choose(short, k, 0.0, False) is MATERIALISE  # no mask
+    padding = masks(FULL_CROSSOVER - 1)["padding"]
+    assert AUTOMATIC.choose(short, k, 0.0, False, padding) is MATERIALISE
     assert AUTOMATIC.choose(q[..., :9, :], k, 0.0, False) is MATERIALISE
     assert AUTOMATIC.choose(q, k, 0.1, False) is MATERIALISE
     assert AUTOMATIC.choose(q, k, 0.0, True) is MATERIALISE
 
 
 def test_the_block_size():
-    """Blocks grow with the sequence on the CPU; a GPU takes its own."""
-    assert block_size(LONG - 1, 100_000) == BLOCK == automatic_block(LONG - 1, LONG)
-    assert block_size(LONG, LONG) == LONG_BLOCK == automatic_block(LONG, LONG)
-    assert LONG_BLOCK > BLOCK
-    assert block_size(LONG, LONG, device="cpu") == LONG_BLOCK
-    assert block_size(1, 1, device="cuda") == GPU_BLOCK
+    """A block size per device: the CPU's, or a GPU's."""
+    assert block_size() == block_size("cpu") == BLOCK
+    assert block_size("cuda") == block_size(torch.device("cuda", 0)) == GPU_BLOCK
 
 
-@pytest.mark.parametrize("seq_q", [39, 40])
-def test_a_call_given_no_block_takes_the_block_size(seq_q, monkeypatch):
+def test_a_call_given_no_block_takes_the_block_size(monkeypatch):
     """``blockwise_attention`` without ``block``, and the blockwise core without
-    one, run blocks of :func:`block_size`'s for the call, and equal the pages' path
-    (here the long rule starts at 40 positions)."""
-    monkeypatch.setattr(blockwise, "LONG", 40)
+    one, run blocks of :func:`block_size`'s, and equal the pages' path."""
     monkeypatch.setattr(blockwise, "BLOCK", 16)
-    monkeypatch.setattr(blockwise, "LONG_BLOCK", 32)
     tilings = []
     original = blockwise._BlockwiseAttention.apply
 
@@ -105,14 +107,13 @@ def test_a_call_given_no_block_takes_the_block_size(seq_q, monkeypatch):
 
     monkeypatch.setattr(blockwise._BlockwiseAttention, "apply", recorded)
     torch.manual_seed(0)
-    q, k, v = inputs(seq_q, 50)
-    mask = nt.causal_mask(seq_q, 50)
-    expected = 16 if seq_q < 40 else 32
+    q, k, v = inputs(39, 50)
+    mask = nt.causal_mask(39, 50)
     plain = materialised(q, k, v, mask)
     torch.testing.assert_close(nt.blockwise_attention(q, k, v, mask), plain)
     outputs, _ = Blockwise()(q, k, v, mask, None, 0.0)
     torch.testing.assert_close(outputs, plain)
-    assert [tiling.block for tiling in tilings] == [expected, expected]
+    assert [tiling.block for tiling in tilings] == [16, 16]
 
 
 @pytest.fixture
@@ -144,7 +145,7 @@ def test_nt_attention_equals_the_materialising_path(kind, blockwise_calls):
     if kind == "fully-masked-rows":
         assert not ours.isnan().any()
         assert ours[..., 3, :].abs().max() == 0
-        assert ours[..., 150:170, :].abs().max() == 0
+        assert ours[..., 250:270, :].abs().max() == 0
         assert our_grads[0][..., 3, :].abs().max() == 0
 
 
@@ -181,6 +182,19 @@ def test_short_calls_materialise(blockwise_calls):
     q, k, v = inputs(CROSSOVER - 1, CROSSOVER - 1)
     nt.attention(q, k, v, nt.causal_mask(CROSSOVER - 1))
     assert not blockwise_calls
+
+
+@pytest.mark.parametrize("kind", ["none", "padding", "causal"])
+def test_a_call_that_computes_every_tile_crosses_later(kind, blockwise_calls):
+    """Between the two crossovers only a mask that can hide whole tiles (over queries
+    and keys) takes the blockwise path; no mask and a padding mask materialise."""
+    seq = CROSSOVER + 9
+    q, k, v = inputs(seq, seq)
+    mask = masks(seq, seq)[kind]
+    torch.testing.assert_close(
+        nt.attention(q, k, v, mask), materialised(q, k, v, mask), rtol=0, atol=1e-12
+    )
+    assert bool(blockwise_calls) == (kind == "causal")
 
 
 def modules(**options):

@@ -240,8 +240,7 @@ def test_every_public_function_of_the_core_has_a_case():
         "CROSSOVER",
         "GPU_BLOCK",
         "GPU_CROSSOVER",
-        "LONG",
-        "LONG_BLOCK",
+        "FULL_CROSSOVER",
     }  # no tensors
     missing = public - set(CASES) - takes_sizes
     assert not missing, f"no wrong-shape test for {sorted(missing)}"

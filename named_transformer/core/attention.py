@@ -38,7 +38,11 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
-from named_transformer.core.blockwise import automatic_block, blockwise_attention
+from named_transformer.core.blockwise import (
+    _every_tile,
+    automatic_block,
+    blockwise_attention,
+)
 from named_transformer.core.masks import _plus_terms, additive_mask
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import _alive_rows, _new_table, softmax, softmax_
@@ -129,7 +133,10 @@ def attention(
     function, without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory.
     ``attend(attention_weights(...), values)`` always materialises.
     """
-    block = automatic_block(queries.shape[-2], keys.shape[-2], device=queries.device)
+    block = automatic_block(
+        queries.shape[-2], keys.shape[-2], device=queries.device,
+        all_tiles=_every_tile(mask),
+    )  # fmt: skip
     if block is not None:  # the same function, a block of scores at a time
         return blockwise_attention(
             queries, keys, values, mask, block, score_bias=score_bias

@@ -103,8 +103,7 @@ __all__ = [
     "CROSSOVER",
     "GPU_BLOCK",
     "GPU_CROSSOVER",
-    "LONG",
-    "LONG_BLOCK",
+    "FULL_CROSSOVER",
     "automatic_block",
     "block_size",
     "blockwise_attention",
@@ -476,7 +475,7 @@ def blockwise_attention(
 
     The same function as :func:`~named_transformer.core.attention.attention` (tests
     check values and gradients). ``block``: positions per block of queries and of
-    keys; None takes :func:`block_size`'s for these lengths and the queries' device.
+    keys; None takes :func:`block_size`'s for the queries' device.
     ``causal=True`` adds the causal mask of
     :func:`~named_transformer.core.masks.causal_mask` (first query at position
     ``offset``) and skips the blocks it hides, compiled or not; a tensor ``mask`` is
@@ -484,7 +483,7 @@ def blockwise_attention(
     ``dropout`` drops weights while ``training``.
     """
     if block is None:
-        block = block_size(queries.shape[-2], keys.shape[-2], device=queries.device)
+        block = block_size(queries.device)
     elif isinstance(block, bool) or block < 1:
         raise ValueError(
             f"block must be a positive number of positions, got block={block!r}"
@@ -502,29 +501,32 @@ def blockwise_attention(
 
 
 # --8<-- [start:automatic_block]
-#: positions a block on the CPU: BLOCK, and LONG_BLOCK from LONG queries and keys on
-#: (each block of queries reads every block of keys and values it may attend, so they
-#: pass through memory once per block of queries: fewer, larger blocks for long
-#: sequences; measured on the machine of the Performance page, see the blockwise page)
-BLOCK, LONG_BLOCK, LONG = 128, 256, 2048
+#: positions a block on the CPU (measured on the machine of the Performance page: see
+#: the blockwise page's block size section)
+BLOCK = 256
 #: from this many queries and keys on, blockwise attention beat the materialising
-#: path on the machine of the Performance page (its crossover table)
+#: path on the machine of the Performance page (its crossover table), for a mask over
+#: queries and keys (causal, a window), whose hidden tiles blockwise skips
 CROSSOVER = 384
+#: the same for a call that computes every tile: no mask, or a mask over the keys
+#: only (padding), which hides no whole tile of a sequence's queries
+FULL_CROSSOVER = 768
 #: on a GPU: positions a block, and from how many queries and keys on blocks are used
 #: (measured on an H200, see the blockwise page)
 GPU_BLOCK, GPU_CROSSOVER = 2048, 4096
 
 
-def block_size(
-    seq_q: int, seq: int, *, device: torch.device | str | None = None
-) -> int:
-    """Positions a block for blockwise attention over ``seq_q`` queries and ``seq``
-    keys: what :func:`blockwise_attention` takes when given no ``block``, and what
-    the automatic core runs. On a GPU (``device``), ``GPU_BLOCK``; on the CPU,
-    ``BLOCK``, and ``LONG_BLOCK`` when both number at least ``LONG``."""
-    if _on_gpu(device):
-        return GPU_BLOCK
-    return LONG_BLOCK if min(seq_q, seq) >= LONG else BLOCK
+def block_size(device: torch.device | str | None = None) -> int:
+    """Positions a block for blockwise attention on ``device`` (None: the CPU): what
+    :func:`blockwise_attention` takes when given no ``block``, and what the automatic
+    core runs. ``GPU_BLOCK`` on a GPU, ``BLOCK`` on the CPU."""
+    return GPU_BLOCK if _on_gpu(device) else BLOCK
+
+
+def _every_tile(mask: Tensor | None) -> bool:
+    """Whether blockwise attention computes every tile for this mask: with none, or
+    with one over the keys only (a size-1 query axis), no whole tile is hidden."""
+    return mask is None or mask.shape[-2] == 1
 
 
 def automatic_block(
@@ -534,29 +536,33 @@ def automatic_block(
     dropout: float = 0.0,
     value_term: bool = False,
     device: torch.device | str | None = None,
+    all_tiles: bool = False,
 ) -> int | None:
     r"""The core chosen for a call that asks for no weights: a block size (blockwise,
     :func:`block_size`) or None (materialise). The one rule, which ``nt.attention``
     and the modules' automatic core follow.
 
-    On the CPU, blockwise when queries and keys both number at least ``CROSSOVER``:
+    On the CPU, blockwise when queries and keys both number at least ``CROSSOVER``,
+    or ``FULL_CROSSOVER`` when it would compute ``all_tiles`` (``_every_tile``):
     below it the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits the CPU's
     caches and one pass over it beats a loop over blocks; above it the table spills
-    to memory and every pass over it (mask, softmax, product) waits for memory. On a
-    GPU (``device``, the queries' device), each block costs a handful of kernel
-    launches, so small blocks are slow: it materialises below ``GPU_CROSSOVER`` and
-    takes blocks of ``GPU_BLOCK`` from there (as fast as materialising, with a table
-    of scores an eighth as large at 4,096 positions). A handful of queries against many
-    keys (a decoding step) materialises: its table is one row per query. Materialise
-    as well when a value term reads the weights (relative positions) and under dropout
-    (the blockwise draws differ, and its gradients keep every block).
+    to memory and every pass over it (mask, softmax, product) waits for memory. A
+    causal mask lets blockwise skip half the tiles, so it wins sooner. On a GPU
+    (``device``, the queries' device), each block costs a handful of kernel launches,
+    so small blocks are slow: it materialises below ``GPU_CROSSOVER`` and takes blocks
+    of ``GPU_BLOCK`` from there (as fast as materialising, with a table of scores an
+    eighth as large at 4,096 positions). A handful of queries against many keys (a
+    decoding step) materialises: its table is one row per query. Materialise as well
+    when a value term reads the weights (relative positions) and under dropout (the
+    blockwise draws differ, and its gradients keep every block).
     """
     if value_term or dropout > 0.0:
         return None
-    crossover = GPU_CROSSOVER if _on_gpu(device) else CROSSOVER
-    if min(seq_q, seq) < crossover:
-        return None
-    return block_size(seq_q, seq, device=device)
+    if _on_gpu(device):
+        crossover = GPU_CROSSOVER
+    else:
+        crossover = FULL_CROSSOVER if all_tiles else CROSSOVER
+    return None if min(seq_q, seq) < crossover else block_size(device)
 
 
 def _on_gpu(device: torch.device | str | None) -> bool:

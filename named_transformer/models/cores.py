@@ -28,7 +28,11 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from named_transformer.core.attention import attend, attention_weights, fused_attention
-from named_transformer.core.blockwise import automatic_block, blockwise_attention
+from named_transformer.core.blockwise import (
+    _every_tile,
+    automatic_block,
+    blockwise_attention,
+)
 from named_transformer.core.dropout import dropout as drop
 
 __all__ = [
@@ -137,17 +141,22 @@ class Automatic(Core):
     takes_value_terms = True  # it materialises for one
 
     def choose(
-        self, queries: Tensor, keys: Tensor, dropout: float, value_term: bool
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        dropout: float,
+        value_term: bool,
+        mask: Tensor | None = None,
     ) -> Core:
         """The core this call runs on."""
         block = automatic_block(
             queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term,
-            device=queries.device,
+            device=queries.device, all_tiles=_every_tile(mask),
         )  # fmt: skip
         return MATERIALISE if block is None else Blockwise(block)
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
-        core = self.choose(queries, keys, dropout, value_term is not None)
+        core = self.choose(queries, keys, dropout, value_term is not None, mask)
         return core(queries, keys, values, mask, bias, dropout, value_term)
 
 
