@@ -1,7 +1,8 @@
 """The core chosen for the call: every automatic choice is the materialising path's
 function (values and gradients, float64) for each kind of mask, fully masked rows
-included; the rule picks blockwise only from ``CROSSOVER`` queries and keys, never
-for weights, value terms or dropout; the explicit options override it."""
+included; the rule picks blockwise only from ``CROSSOVER`` queries and keys (from
+``FULL_CROSSOVER`` when no whole tile is hidden), never for weights, value terms or
+dropout; the explicit options override it."""
 
 import pytest
 import torch
