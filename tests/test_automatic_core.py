@@ -76,6 +76,8 @@ def test_the_rule():
     assert automatic_block(GPU_CROSSOVER - 1, 10_000, device="cuda") is None
     assert automatic_block(GPU_CROSSOVER, GPU_CROSSOVER, device="cuda:0") == GPU_BLOCK
     assert automatic_block(4096, 4096, dropout=0.1, device="cuda") is None
+    gpu = automatic_block(GPU_CROSSOVER, GPU_CROSSOVER, device="cuda", all_tiles=True)
+    assert gpu == GPU_BLOCK  # one crossover on a GPU
     q, k, _ = inputs()
     assert AUTOMATIC.choose(q, k, 0.0, False) == Blockwise(BLOCK)
     short = q[..., : FULL_CROSSOVER - 1, :]
@@ -185,17 +187,42 @@ def test_short_calls_materialise(blockwise_calls):
     assert not blockwise_calls
 
 
-@pytest.mark.parametrize("kind", ["none", "padding", "causal"])
+BETWEEN = CROSSOVER + 9  # between the two crossovers
+HIDE_NO_TILE = {"none", "padding"}  # no mask, or one over the keys only
+
+
+@pytest.mark.parametrize("kind", list(masks(BETWEEN, BETWEEN)))
 def test_a_call_that_computes_every_tile_crosses_later(kind, blockwise_calls):
     """Between the two crossovers only a mask that can hide whole tiles (over queries
     and keys) takes the blockwise path; no mask and a padding mask materialise."""
-    seq = CROSSOVER + 9
-    q, k, v = inputs(seq, seq)
-    mask = masks(seq, seq)[kind]
+    q, k, v = inputs(BETWEEN, BETWEEN)
+    mask = masks(BETWEEN, BETWEEN)[kind]
     torch.testing.assert_close(
         nt.attention(q, k, v, mask), materialised(q, k, v, mask), rtol=0, atol=1e-12
     )
+    assert bool(blockwise_calls) == (kind not in HIDE_NO_TILE)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("kind", ["padding", "causal"])
+def test_the_modules_mask_reaches_the_rule(kind, kv_heads, blockwise_calls):
+    """Through the module's pipeline (the mask lifted over heads and groups), a
+    padding mask still counts as hiding no tile, a causal one as hiding some."""
+    automatic, _ = modules(kv_heads=kv_heads)
+    mask = masks(BETWEEN, BETWEEN)[kind]
+    if mask.ndim == 4:  # padding: batch 1 1 seq -> batch 1 seq, as a user passes it
+        mask = mask[:, 0]
+    automatic(torch.randn(BATCH, BETWEEN, 16, dtype=torch.float64), mask=mask)
     assert bool(blockwise_calls) == (kind == "causal")
+
+
+def test_compiled_a_mask_tensor_hides_no_tile(monkeypatch):
+    """While compiling, blockwise cannot look at a mask tensor to skip its tiles, so
+    the rule counts it as hiding none."""
+    causal = nt.causal_mask(BETWEEN, BETWEEN)
+    assert not blockwise._every_tile(causal)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert blockwise._every_tile(causal)
 
 
 def modules(**options):

@@ -135,9 +135,10 @@ def test_bad_switches_are_one_line(tmp_path):
 
 
 def test_switched_attention_is_called_at_lengths_the_automatic_core_runs_blockwise():
-    """From 256 positions on the automatic core runs blockwise, which calls no
-    softmax of the learner's: while attention is switched in it materialises, so the
-    learner's softmax computes every call (and the outputs equal the library's)."""
+    """From ``CROSSOVER`` positions on (causal) the automatic core runs blockwise,
+    which calls no softmax of the learner's: while attention is switched in it
+    materialises, so the learner's softmax computes every call (and the outputs equal
+    the library's)."""
     from named_transformer.core import blockwise
 
     seq = blockwise.CROSSOVER + 44

@@ -525,8 +525,14 @@ def block_size(device: torch.device | str | None = None) -> int:
 
 def _every_tile(mask: Tensor | None) -> bool:
     """Whether blockwise attention computes every tile for this mask: with none, or
-    with one over the keys only (a size-1 query axis), no whole tile is hidden."""
-    return mask is None or mask.shape[-2] == 1
+    with one over the keys only (a size-1 query axis), no whole tile is hidden; and
+    compiled, it cannot look at a mask tensor to skip tiles."""
+    return (
+        mask is None
+        or mask.ndim < 2
+        or mask.shape[-2] == 1
+        or torch.compiler.is_compiling()
+    )
 
 
 def automatic_block(

@@ -12,7 +12,8 @@ decoder-only model's attention (through the materialising core), its layer norms
 its feed-forwards are then the learner's code, with the library's weights, training
 loop and sampling around them. ``names`` picks fewer (the ones written so far). While
 an attention function is switched in, the automatic core materialises at every length
-(the blockwise path, chosen from 384 positions on, would not call it).
+(the blockwise path, chosen from 384 positions on, or 768 with no mask or a padding
+mask, would not call it).
 """
 
 from __future__ import annotations

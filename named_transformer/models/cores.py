@@ -11,7 +11,7 @@ One variation point of the multi-head pipeline
   (:func:`~named_transformer.core.blockwise.blockwise_attention`), never holding $A$.
 - :data:`FUSED`: PyTorch's ``scaled_dot_product_attention``
   (:func:`~named_transformer.core.attention.fused_attention`).
-- :data:`AUTOMATIC`: one of the first two, chosen for each call by its sizes
+- :data:`AUTOMATIC`: one of the first two, chosen for each call by its sizes and mask
   (:func:`~named_transformer.core.blockwise.automatic_block`): the modules' default.
 
 Each takes queries, keys and values with the same axes, keys and values possibly of
@@ -132,8 +132,8 @@ FUSED = Fused()
 
 # --8<-- [start:Automatic]
 class Automatic(Core):
-    """The core chosen for each call by its sizes: materialising for short
-    sequences, :class:`Blockwise` for long ones
+    """The core chosen for each call by its sizes and its mask: materialising for
+    short sequences, :class:`Blockwise` for long ones
     (:func:`~named_transformer.core.blockwise.automatic_block`, the one rule).
     With a value term, or under dropout, it materialises."""
 
