@@ -522,19 +522,12 @@ def biased_vs_pytorch(quick: bool) -> str:
     )
 
 
-def _block_size_row(seq: int, blocks: list[int], repeats: int, causal: bool) -> list:
-    """One row of table 22: blockwise attention, causal or with no mask, in each block
-    size, forward and forward + backward, as shares of SDPA's time (the same mask),
-    interleaved."""
+def _both_passes(calls: dict, seq: int, repeats: int) -> tuple[list, list]:
+    """The forward, and the forward and backward, of each ``call(q, k, v)`` on the same
+    random inputs (batch 2, heads 8, key 64), interleaved."""
     q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     grad = torch.randn(2, 8, seq, 64)
-    calls = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(
-        q, k, v, is_causal=causal)}  # fmt: skip
-    for block in blocks:
-        calls[str(block)] = lambda q, k, v, block=block: blockwise_attention(
-            q, k, v, block=block, causal=causal
-        )
     with torch.no_grad():
         forward = interleaved(
             {name: lambda call=call: call(q, k, v) for name, call in calls.items()},
@@ -545,8 +538,21 @@ def _block_size_row(seq: int, blocks: list[int], repeats: int, causal: bool) -> 
          for name, call in calls.items()},
         repeats,
     )  # fmt: skip
+    return forward, both
+
+
+def _block_size_row(seq: int, blocks: list[int], repeats: int, causal: bool) -> list:
+    """One row of table 22: blockwise attention, causal or with no mask, in each block
+    size, forward and forward + backward, as shares of SDPA's time (the same mask),
+    interleaved."""
+    calls = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=causal)}  # fmt: skip
+    for block in blocks:
+        calls[str(block)] = lambda q, k, v, block=block: blockwise_attention(
+            q, k, v, block=block, causal=causal
+        )
     cells = []
-    for timings in (forward, both):
+    for timings in _both_passes(calls, seq, repeats):
         sdpa, *named = timings
         ratios = [t.median / sdpa.median for t in named]
         cells += [f"{r:.2f}" for r in ratios]
@@ -585,24 +591,11 @@ def block_sizes(quick: bool) -> str:
 def _unmasked_call(seq: int, repeats: int) -> list:
     """One row of table 23: ``nt.attention`` and SDPA with no mask, forward and
     forward + backward, interleaved."""
-    q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
-    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    grad = torch.randn(2, 8, seq, 64)
     calls = {"named": nt.attention, "sdpa": F.scaled_dot_product_attention}
-    with torch.no_grad():
-        forward = interleaved(
-            {name: lambda call=call: call(q, k, v) for name, call in calls.items()},
-            repeats,
-        )
-    both = interleaved(
-        {name: lambda call=call: torch.autograd.grad(call(*leaves), leaves, grad)
-         for name, call in calls.items()},
-        repeats,
-    )  # fmt: skip
     core = _core_name(automatic_block(seq, seq, all_tiles=True))
     return [seq, core] + [
         cell
-        for named, sdpa in (forward, both)
+        for named, sdpa in _both_passes(calls, seq, repeats)
         for cell in (ms(named.median), ms(sdpa.median),
                      f"{named.median / sdpa.median:.2f}")  # fmt: skip
     ]
