@@ -216,6 +216,15 @@ def test_the_modules_mask_reaches_the_rule(kind, kv_heads, blockwise_calls):
     assert bool(blockwise_calls) == (kind == "causal")
 
 
+def test_which_masks_hide_no_tile():
+    """None, one over the keys only, and one with fewer than two axes (only with the
+    shape checks off) hide no tile; one over queries and keys may."""
+    assert blockwise._every_tile(None)
+    assert blockwise._every_tile(masks(BETWEEN, BETWEEN)["padding"])
+    assert blockwise._every_tile(torch.ones(BETWEEN, dtype=torch.bool))
+    assert not blockwise._every_tile(masks(BETWEEN, BETWEEN)["window"])
+
+
 def test_compiled_a_mask_tensor_hides_no_tile(monkeypatch):
     """While compiling, blockwise cannot look at a mask tensor to skip its tiles, so
     the rule counts it as hiding none."""

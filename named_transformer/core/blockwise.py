@@ -482,12 +482,9 @@ def blockwise_attention(
     applied block by block, its hidden blocks skipped when running eagerly.
     ``dropout`` drops weights while ``training``.
     """
+    _check_block(block)
     if block is None:
         block = block_size(queries.device)
-    elif isinstance(block, bool) or block < 1:
-        raise ValueError(
-            f"block must be a positive number of positions, got block={block!r}"
-        )
     tiling = Tiling(block, causal, offset)
     if training and dropout > 0.0:  # autograd through the blocks keeps the draws
         attended, _, _ = _blockwise_forward(
@@ -498,6 +495,15 @@ def blockwise_attention(
 
 
 # --8<-- [end:blockwise_attention]
+
+
+def _check_block(block: int | None) -> None:
+    """One line for a block size that is no positive number of positions (None: the
+    one :func:`block_size` gives)."""
+    if block is not None and (isinstance(block, bool) or block < 1):
+        raise ValueError(
+            f"block must be a positive number of positions, got block={block!r}"
+        )
 
 
 # --8<-- [start:automatic_block]

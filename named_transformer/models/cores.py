@@ -29,6 +29,7 @@ from torch import Tensor
 
 from named_transformer.core.attention import attend, attention_weights, fused_attention
 from named_transformer.core.blockwise import (
+    _check_block,
     _every_tile,
     automatic_block,
     blockwise_attention,
@@ -98,12 +99,7 @@ class Blockwise(Core):
     name = "blockwise"
 
     def __post_init__(self) -> None:
-        if self.block is None:
-            return
-        if isinstance(self.block, bool) or self.block < 1:
-            raise ValueError(
-                f"block must be a positive number of positions, got {self.block!r}"
-            )
+        _check_block(self.block)
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
         outputs = blockwise_attention(
