@@ -389,7 +389,7 @@ __all__ = [
     "repeated_tokens",
     "residual_stream",
 ]
-__version__ = "0.8.2"
+__version__ = "0.8.3"
 
 
 def __getattr__(name: str) -> object:

@@ -39,21 +39,28 @@ __all__ = ["einsum"]
 
 
 # --8<-- [start:einsum]
-def einsum(*tensors_and_pattern):
+def einsum(*tensors_and_pattern, out=None):
     """``einops.einsum(*tensors, pattern)``: the same arguments and result.
 
     Its operands' shapes are checked by the named equation that calls it, as they are
-    for einops.
+    for einops. ``out``, as in PyTorch: a table of the result's shape (and dtype) to
+    write it into, returned. A loop of products of one shape can then reuse one table
+    instead of taking fresh memory each time; no gradient flows through it.
     """
     if len(tensors_and_pattern) == 3 and not _recording_a_graph():
         first, second, pattern = tensors_and_pattern
         plan = _plan(pattern, first.ndim, second.ndim)
         if plan is not None:
             try:
-                return plan(first, second)
+                return plan(first, second, out)
             except RuntimeError:  # sizes one product cannot pair: a size-1 axis
                 pass  # summed against a longer one broadcasts in einops, or an error
-    return einops.einsum(*tensors_and_pattern)
+    return _into(out, einops.einsum(*tensors_and_pattern))
+
+
+def _into(out: Tensor | None, result: Tensor) -> Tensor:
+    """``result``, copied into ``out`` if one is given and the product is not there."""
+    return result if out is None or result is out else out.copy_(result)
 
 
 def _recording_a_graph() -> bool:
@@ -95,15 +102,17 @@ class _Plan:
     unlifted: _Plan | None = None
     linear: bool = False
 
-    def __call__(self, first: Tensor, second: Tensor) -> Tensor:
+    def __call__(
+        self, first: Tensor, second: Tensor, out: Tensor | None = None
+    ) -> Tensor:
         if self.unlifted is not None and (
             first.numel() >= second.numel() or _records_gradient(first, second)
         ):  # many rows, or a backward pass, which would sum over the broadcast
-            return self.unlifted(first, second)
+            return self.unlifted(first, second, out)
         if self.first_order is not None:
             first = first.permute(self.first_order)  # allow-raw: the plan's layout
         if self.linear:  # a weight (free, contracted), as PyTorch's linear reads it
-            return F.linear(first, second)  # allow-raw: the one contraction
+            return _into(out, F.linear(first, second))  # allow-raw: the contraction
         if self.second_order is not None:
             second = second.permute(self.second_order)  # allow-raw: the plan's layout
         batch, free, contracted = self.batch, self.first_free, self.contracted
@@ -117,9 +126,14 @@ class _Plan:
             first.shape[batch + free :] != second.shape[batch : batch + contracted]
         ):  # merged, unequal axes could pair up wrongly with an equal product
             raise RuntimeError("contracted axes differ in size")
+        # the product is the result, and can be written into ``out``, when no axes
+        # are merged or moved after it
+        final = out if self.output_order is None else None
         if batch == 0 and contracted == 1 and self.second_free == 1:
             # a projection: matmul takes the first operand's leading axes as rows
-            product = torch.matmul(first, second)  # allow-raw: the one contraction
+            product = torch.matmul(  # allow-raw: the one contraction
+                first, second, out=final
+            )
         else:  # the free and the contracted axes merged into one each (or size 1)
             first_free = first.shape[batch : batch + free]
             second_free = second.shape[batch + contracted :]
@@ -134,14 +148,17 @@ class _Plan:
                 second = second.reshape(  # allow-raw: the plan's layout
                     (*second.shape[:batch], *merged)
                 )
-            product = torch.matmul(first, second)  # allow-raw: the one contraction
-            if free != 1 or self.second_free != 1:
+            as_is = free == 1 and self.second_free == 1
+            product = torch.matmul(  # allow-raw: the one contraction
+                first, second, out=final if as_is else None
+            )
+            if not as_is:
                 product = product.reshape(  # allow-raw: the plan's layout
                     (*product.shape[:batch], *first_free, *second_free)
                 )
-        if self.output_order is None:
-            return product
-        return product.permute(self.output_order)  # allow-raw: the plan's layout
+        if self.output_order is not None:
+            product = product.permute(self.output_order)  # allow-raw: the layout
+        return _into(out, product)
 
 
 # --8<-- [end:plan]

@@ -483,3 +483,43 @@ def test_compiles_with_fullgraph_values_and_gradients():
         strict=True,
     ):
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+
+
+def test_one_table_of_scores_per_tile_shape(monkeypatch):
+    """The tiles' scores are written over one table per tile shape (full, short rows,
+    short columns, both) forward and backward, and the backward pass's dS over one
+    more per shape; with a gradient recorded through the blocks (dropout while
+    training), every tile takes a fresh table, as autograd keeps them."""
+    tables = []
+    tile = blockwise._tile_scores
+
+    def record(*args, **kwargs):
+        scores = tile(*args, **kwargs)
+        tables.append((scores.data_ptr(), tuple(scores.shape[-2:])))
+        return scores
+
+    gradients = []
+    tile_gradients = blockwise._tile_gradients
+
+    def record_gradients(*args, **kwargs):
+        grad_scores, *rest = tile_gradients(*args, **kwargs)
+        gradients.append(grad_scores.data_ptr())
+        return grad_scores, *rest
+
+    monkeypatch.setattr(blockwise, "_tile_scores", record)
+    monkeypatch.setattr(blockwise, "_tile_gradients", record_gradients)
+    queries, keys, values = qkv()  # 29 queries, 37 keys: blocks of 8 are ragged
+    got = blockwise_attention(queries, keys, values, block=8)
+    forward = list(tables)
+    assert len(forward) == 4 * 5
+    assert len(set(forward)) == 4  # (8, 8), (8, 5), (5, 8), (5, 5)
+    expected = nt.attention(queries, keys, values)
+    assert_same_values_and_gradients(got, expected, (queries, keys, values), 1e-10)
+    backward = tables[len(forward) :]
+    assert len(backward) == 4 * 5 and len(set(backward)) == 4
+    assert len(gradients) == 4 * 5 and len(set(gradients)) == 4
+    assert not set(gradients) & {address for address, _ in backward}
+    tables.clear()
+    torch.manual_seed(0)
+    blockwise_attention(queries, keys, values, block=8, dropout=0.5, training=True)
+    assert len({address for address, _ in tables}) == len(tables) == 4 * 5

@@ -111,6 +111,43 @@ def test_equals_einops_values_and_gradients(case):
             torch.testing.assert_close(got, reference, rtol=1e-12, atol=1e-12)
 
 
+
+@settings(max_examples=200)
+@given(contractions())
+def test_out_receives_the_result(case):
+    """With ``out`` (no gradient recorded) the result is written into that table and
+    that table returned, equal to einops', whichever way the pattern takes: one
+    product written in place, a product moved or merged afterwards, ``F.linear``,
+    each way of a lifting plan, or einops itself."""
+    pattern, operands = case
+    first, second = (operand.detach() for operand in operands)
+    theirs = einops.einsum(first, second, pattern)
+    plan = _plan(pattern, first.ndim, second.ndim)
+    ways = [lambda a, b, out: einsum(a, b, pattern, out=out)]
+    if plan is not None and plan.lifted:
+        ways += [dataclasses.replace(plan, unlifted=None), plan.unlifted]
+    for way in ways:
+        out = torch.full_like(theirs, torch.nan)
+        try:
+            written = way(first, second, out)
+        except RuntimeError:
+            continue  # the plain plan's broadcast case, as in the test above
+        assert written is out, pattern
+        torch.testing.assert_close(out, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_out_is_written_by_the_product_itself(monkeypatch):
+    """The contraction of a tile of scores writes its product into ``out`` directly
+    (no second table copied over), for the block loop that reuses one table."""
+    queries, keys = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4)
+    out = torch.empty(2, 3, 5, 6)
+    copies = []
+    monkeypatch.setattr(contraction, "_into", lambda out, result: copies.append(
+        result is not out) or result)  # fmt: skip
+    einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq", out=out)
+    assert copies == [False]
+    torch.testing.assert_close(out, queries @ keys.transpose(-1, -2))
+
 def test_the_plan_takes_the_package_s_patterns():
     """The contractions the modules make have a plan (einops is the exception)."""
     for pattern, ranks in [
@@ -249,7 +286,7 @@ def test_a_lifting_plan_hands_many_rows_and_gradients_to_the_plain_plan():
     pattern = "... seq layer, heads layer key -> ... heads seq key"
     plain = []
     plan = dataclasses.replace(
-        _plan(pattern, 3, 3), unlifted=lambda a, b: plain.append(1) or "plain"
+        _plan(pattern, 3, 3), unlifted=lambda a, b, out=None: plain.append(1) or "plain"
     )
     weight = torch.randn(3, 4, 5)
     assert isinstance(plan(torch.randn(1, 2, 4), weight), torch.Tensor)
