@@ -671,6 +671,16 @@ def _records_gradient(*tensors: torch.Tensor | None) -> bool:
     return any(tensor is not None and tensor.requires_grad for tensor in tensors)
 
 
+def _autocast(device: torch.device) -> bool:
+    """Whether autocast is on for ``device`` (never for a device it does not know,
+    such as ``meta``): it does not cast a result given ``out=``, so a result written
+    into a table of one's own would escape it."""
+    try:
+        return torch.is_autocast_enabled(device.type)
+    except RuntimeError:
+        return False
+
+
 # `Float[Tensor, '*batch seq key']` in an annotation: the dtype kind and the axes
 _ANNOTATION = re.compile(
     r"\b(Float|Int|Bool|Shaped)\[\s*Tensor\s*,\s*['\"]([^'\"]*)['\"]"

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from named_transformer.axes import _records_gradient
+from named_transformer.axes import _autocast, _broadcast, _records_gradient
 
 __all__ = ["einsum"]
 
@@ -43,24 +43,43 @@ def einsum(*tensors_and_pattern, out=None):
     """``einops.einsum(*tensors, pattern)``: the same arguments and result.
 
     Its operands' shapes are checked by the named equation that calls it, as they are
-    for einops. ``out``, as in PyTorch: a table of the result's shape (and dtype) to
-    write it into, returned. A loop of products of one shape can then reuse one table
-    instead of taking fresh memory each time; no gradient flows through it.
+    for einops. ``out``: a table of exactly the result's shape and dtype to write it
+    into, returned (as PyTorch's ``out=``, it records no gradient). A loop of products
+    of one shape can then reuse one table instead of taking fresh memory each time.
+    Under autocast the product is the autocast one, copied into ``out``.
     """
+    tensors = tensors_and_pattern[:-1]
+    if out is not None and _records_gradient(*tensors):
+        raise RuntimeError(
+            "einsum(..., out=table) records no gradient, and an operand requires one: "
+            "call it without out"
+        )
+    shape = None if out is None else out.shape
+    into = None if out is None or _autocast(out.device) else out
     if len(tensors_and_pattern) == 3 and not _recording_a_graph():
         first, second, pattern = tensors_and_pattern
         plan = _plan(pattern, first.ndim, second.ndim)
         if plan is not None:
             try:
-                return plan(first, second, out)
+                result = plan(first, second, into)
             except RuntimeError:  # sizes one product cannot pair: a size-1 axis
                 pass  # summed against a longer one broadcasts in einops, or an error
-    return _into(out, einops.einsum(*tensors_and_pattern))
+            else:
+                return result if out is None else _into(out, result, shape)
+    return _into(out, einops.einsum(*tensors_and_pattern), shape)
 
 
-def _into(out: Tensor | None, result: Tensor) -> Tensor:
-    """``result``, copied into ``out`` if one is given and the product is not there."""
-    return result if out is None or result is out else out.copy_(result)
+def _into(out: Tensor | None, result: Tensor, shape: torch.Size | None) -> Tensor:
+    """``result``, copied into ``out`` if one is given and the product is not already
+    there; one line if ``out`` (of ``shape`` when given) does not fit it."""
+    if out is None:
+        return result
+    if shape != result.shape or out.dtype != result.dtype:  # matmul may have resized
+        raise ValueError(
+            f"einsum's out is a {tuple(shape)} table of {out.dtype}, but the result "
+            f"is {tuple(result.shape)} of {result.dtype}"
+        )
+    return result if result is out else out.copy_(result)
 
 
 def _recording_a_graph() -> bool:
@@ -112,7 +131,7 @@ class _Plan:
         if self.first_order is not None:
             first = first.permute(self.first_order)  # allow-raw: the plan's layout
         if self.linear:  # a weight (free, contracted), as PyTorch's linear reads it
-            return _into(out, F.linear(first, second))  # allow-raw: the contraction
+            return F.linear(first, second)  # allow-raw: the one contraction
         if self.second_order is not None:
             second = second.permute(self.second_order)  # allow-raw: the plan's layout
         batch, free, contracted = self.batch, self.first_free, self.contracted
@@ -132,7 +151,7 @@ class _Plan:
         if batch == 0 and contracted == 1 and self.second_free == 1:
             # a projection: matmul takes the first operand's leading axes as rows
             product = torch.matmul(  # allow-raw: the one contraction
-                first, second, out=final
+                first, second, out=_product_table(final, first, second)
             )
         else:  # the free and the contracted axes merged into one each (or size 1)
             first_free = first.shape[batch : batch + free]
@@ -148,20 +167,32 @@ class _Plan:
                 second = second.reshape(  # allow-raw: the plan's layout
                     (*second.shape[:batch], *merged)
                 )
-            as_is = free == 1 and self.second_free == 1
+            as_is = free == 1 and self.second_free == 1  # no reshape after
+            table = _product_table(final, first, second) if as_is else None
             product = torch.matmul(  # allow-raw: the one contraction
-                first, second, out=final if as_is else None
+                first, second, out=table
             )
             if not as_is:
                 product = product.reshape(  # allow-raw: the plan's layout
                     (*product.shape[:batch], *first_free, *second_free)
                 )
-        if self.output_order is not None:
-            product = product.permute(self.output_order)  # allow-raw: the layout
-        return _into(out, product)
+        if self.output_order is None:
+            return product
+        return product.permute(self.output_order)  # allow-raw: the plan's layout
 
 
 # --8<-- [end:plan]
+
+
+def _product_table(out: Tensor | None, first: Tensor, second: Tensor) -> Tensor | None:
+    """``out`` if it has the shape of ``matmul(first, second)``, which then writes its
+    product there; else None (a fresh product: matmul would resize ``out``, and
+    ``einsum`` refuses the table in one line)."""
+    if out is None or first.ndim < 2 or second.ndim < 2:  # matmul reshapes a vector
+        return None
+    batch = _broadcast(first.shape[:-2], second.shape[:-2])
+    shape = (*batch, first.shape[-2], second.shape[-1]) if batch is not None else None
+    return out if out.shape == shape else None
 
 
 def _axes(side: str, ndim: int) -> list[str] | None:

@@ -485,41 +485,76 @@ def test_compiles_with_fullgraph_values_and_gradients():
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
 
 
-def test_one_table_of_scores_per_tile_shape(monkeypatch):
-    """The tiles' scores are written over one table per tile shape (full, short rows,
-    short columns, both) forward and backward, and the backward pass's dS over one
-    more per shape; with a gradient recorded through the blocks (dropout while
-    training), every tile takes a fresh table, as autograd keeps them."""
-    tables = []
-    tile = blockwise._tile_scores
+def recording_tables(monkeypatch):
+    """The scores of every tile, and every backward tile's dS, as computed (kept
+    alive, so that a fresh table cannot share the address of one freed)."""
+    scores, gradients = [], []
+    tile_scores, tile_gradients = blockwise._tile_scores, blockwise._tile_gradients
 
-    def record(*args, **kwargs):
-        scores = tile(*args, **kwargs)
-        tables.append((scores.data_ptr(), tuple(scores.shape[-2:])))
-        return scores
-
-    gradients = []
-    tile_gradients = blockwise._tile_gradients
+    def record_scores(*args, **kwargs):
+        scores.append(tile_scores(*args, **kwargs))
+        return scores[-1]
 
     def record_gradients(*args, **kwargs):
         grad_scores, *rest = tile_gradients(*args, **kwargs)
-        gradients.append(grad_scores.data_ptr())
+        gradients.append(grad_scores)
         return grad_scores, *rest
 
-    monkeypatch.setattr(blockwise, "_tile_scores", record)
+    monkeypatch.setattr(blockwise, "_tile_scores", record_scores)
     monkeypatch.setattr(blockwise, "_tile_gradients", record_gradients)
+    return scores, gradients
+
+
+def tables_of(tiles: list[torch.Tensor]) -> set[int]:
+    return {tile.data_ptr() for tile in tiles}
+
+
+def test_one_table_of_scores_per_tile_shape(monkeypatch):
+    """The tiles' scores are written over one table per tile shape (full, short rows,
+    short columns, both) forward and backward, and the backward pass's dS over one
+    more per shape, values and gradients unchanged; the same in a call under
+    ``torch.no_grad()``, with dropout too (nothing is recorded)."""
+    scores, gradients = recording_tables(monkeypatch)
     queries, keys, values = qkv()  # 29 queries, 37 keys: blocks of 8 are ragged
     got = blockwise_attention(queries, keys, values, block=8)
-    forward = list(tables)
-    assert len(forward) == 4 * 5
-    assert len(set(forward)) == 4  # (8, 8), (8, 5), (5, 8), (5, 5)
+    forward = scores[:]
+    assert len(forward) == 4 * 5 and len(tables_of(forward)) == 4
     expected = nt.attention(queries, keys, values)
     assert_same_values_and_gradients(got, expected, (queries, keys, values), 1e-10)
-    backward = tables[len(forward) :]
-    assert len(backward) == 4 * 5 and len(set(backward)) == 4
-    assert len(gradients) == 4 * 5 and len(set(gradients)) == 4
-    assert not set(gradients) & {address for address, _ in backward}
-    tables.clear()
-    torch.manual_seed(0)
-    blockwise_attention(queries, keys, values, block=8, dropout=0.5, training=True)
-    assert len({address for address, _ in tables}) == len(tables) == 4 * 5
+    backward = scores[len(forward) :]
+    assert len(backward) == 4 * 5 and len(tables_of(backward)) == 4
+    assert len(gradients) == 4 * 5 and len(tables_of(gradients)) == 4
+    assert not tables_of(gradients) & tables_of(backward)
+    for dropout in (0.0, 0.5):
+        scores.clear()
+        with torch.no_grad():
+            blockwise_attention(queries, keys, values, block=8, dropout=dropout,
+                                training=True)  # fmt: skip
+        assert len(scores) == 4 * 5 and len(tables_of(scores)) == 4
+
+
+@pytest.mark.parametrize("why", ["dropout", "compiling", "autocast"])
+def test_a_fresh_table_each_tile_where_one_cannot_be_reused(monkeypatch, why):
+    """Autograd keeps every tile's weights when it records through the blocks
+    (dropout while training), the compiler plans memory itself, and autocast does
+    not cast a product written into a table: each tile then takes a fresh table,
+    and the result is the one without blocks (under autocast, the autocast one)."""
+    scores, _ = recording_tables(monkeypatch)
+    queries, keys, values = (x.detach().float() for x in qkv())
+    arguments = {"block": 8}
+    expected = nt.attention(queries, keys, values)
+    if why == "dropout":
+        queries.requires_grad_()
+        arguments |= {"dropout": 0.5, "training": True}
+    if why == "compiling":
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    if why == "autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = blockwise_attention(queries, keys, values, **arguments)
+        assert {tile.dtype for tile in scores} == {torch.bfloat16}
+        torch.testing.assert_close(got.float(), expected, atol=0.05, rtol=0.05)
+    else:
+        got = blockwise_attention(queries, keys, values, **arguments)
+    assert len(tables_of(scores)) == len(scores) == 4 * 5
+    if why == "compiling":
+        torch.testing.assert_close(got, expected)

@@ -111,29 +111,32 @@ def test_equals_einops_values_and_gradients(case):
             torch.testing.assert_close(got, reference, rtol=1e-12, atol=1e-12)
 
 
-
 @settings(max_examples=200)
 @given(contractions())
 def test_out_receives_the_result(case):
-    """With ``out`` (no gradient recorded) the result is written into that table and
-    that table returned, equal to einops', whichever way the pattern takes: one
-    product written in place, a product moved or merged afterwards, ``F.linear``,
-    each way of a lifting plan, or einops itself."""
+    """With ``out`` (no gradient recorded) ``einsum`` writes the result into that
+    table and returns it, equal to einops', whichever way the pattern takes: one
+    product written in place, a product moved or merged afterwards, ``F.linear``, a
+    lifting plan, or einops itself. Each way of a lifting plan, called directly,
+    either writes its product into ``out`` or leaves ``out`` alone (``einsum`` then
+    copies the product in)."""
     pattern, operands = case
     first, second = (operand.detach() for operand in operands)
     theirs = einops.einsum(first, second, pattern)
+    out = torch.full_like(theirs, torch.nan)
+    assert einsum(first, second, pattern, out=out) is out, pattern
+    torch.testing.assert_close(out, theirs, rtol=1e-12, atol=1e-12)
     plan = _plan(pattern, first.ndim, second.ndim)
-    ways = [lambda a, b, out: einsum(a, b, pattern, out=out)]
-    if plan is not None and plan.lifted:
-        ways += [dataclasses.replace(plan, unlifted=None), plan.unlifted]
-    for way in ways:
+    if plan is None or not plan.lifted:
+        return
+    for way in (dataclasses.replace(plan, unlifted=None), plan.unlifted):
         out = torch.full_like(theirs, torch.nan)
         try:
-            written = way(first, second, out)
+            product = way(first, second, out)
         except RuntimeError:
             continue  # the plain plan's broadcast case, as in the test above
-        assert written is out, pattern
-        torch.testing.assert_close(out, theirs, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(product, theirs, rtol=1e-12, atol=1e-12)
+        assert product is out or out.isnan().all(), pattern
 
 
 def test_out_is_written_by_the_product_itself(monkeypatch):
@@ -142,11 +145,50 @@ def test_out_is_written_by_the_product_itself(monkeypatch):
     queries, keys = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4)
     out = torch.empty(2, 3, 5, 6)
     copies = []
-    monkeypatch.setattr(contraction, "_into", lambda out, result: copies.append(
+    monkeypatch.setattr(contraction, "_into", lambda out, result, shape: copies.append(
         result is not out) or result)  # fmt: skip
     einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq", out=out)
     assert copies == [False]
     torch.testing.assert_close(out, queries @ keys.transpose(-1, -2))
+
+
+SCORES = "... seq_q key, ... seq key -> ... seq_q seq"
+
+
+def test_out_refuses_a_gradient_and_a_table_that_does_not_fit():
+    """As PyTorch's ``out=``: no gradient through it (one line, not a silent copy
+    that autograd records); and a table of another shape or dtype than the result
+    is refused in one line, whichever way the product takes (a plan that writes
+    into it, one that copies, einops)."""
+    queries, keys = torch.randn(2, 5, 4, requires_grad=True), torch.randn(2, 6, 4)
+    with pytest.raises(RuntimeError, match="records no gradient"):
+        einsum(queries, keys, SCORES, out=torch.empty(2, 5, 6))
+    queries = queries.detach()
+    for pattern in (SCORES, "... seq_q key, ... seq key -> ... seq seq_q",
+                    "b seq_q key, b seq key, b seq -> b seq_q seq"):  # fmt: skip
+        operands = (queries, keys, torch.randn(2, 6))[: pattern.count(",") + 1]
+        good = einsum(*operands, pattern)
+        with pytest.raises(ValueError, match="einsum's out is a"):
+            einsum(*operands, pattern, out=torch.empty(1, *good.shape[1:]))
+        wide = good.new_empty(good.shape, dtype=torch.float64)
+        with pytest.raises(ValueError, match="of torch.float64, but the result"):
+            einsum(*operands, pattern, out=wide)
+
+
+def test_out_under_autocast_holds_the_autocast_product():
+    """Autocast does not cast a product given ``out=``: ``einsum`` computes the
+    autocast product and copies it in, so the result is what it is without ``out``
+    (and a table of the uncast dtype is refused)."""
+    queries, keys = torch.randn(2, 5, 4), torch.randn(2, 6, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = einsum(queries, keys, SCORES)
+        out = torch.empty(2, 5, 6, dtype=torch.bfloat16)
+        assert einsum(queries, keys, SCORES, out=out) is out
+        with pytest.raises(ValueError, match="einsum's out"):
+            einsum(queries, keys, SCORES, out=torch.empty(2, 5, 6))
+    assert expected.dtype == torch.bfloat16
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
 
 def test_the_plan_takes_the_package_s_patterns():
     """The contractions the modules make have a plan (einops is the exception)."""
@@ -296,4 +338,3 @@ def test_a_lifting_plan_hands_many_rows_and_gradients_to_the_plain_plan():
     with torch.no_grad():
         assert isinstance(plan(torch.randn(1, 2, 4), weight), torch.Tensor)
     assert plain == [1, 1]
-

@@ -93,8 +93,14 @@ from einops import reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from named_transformer.axes import _broadcast, _fits, _records_gradient, checked
-from named_transformer.contraction import einsum
+from named_transformer.axes import (
+    _autocast,
+    _broadcast,
+    _fits,
+    _records_gradient,
+    checked,
+)
+from named_transformer.contraction import _recording_a_graph, einsum
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.masks import _plus_terms, additive_mask, causal_mask
 
@@ -131,7 +137,7 @@ def _tile_scores(
         queries, keys, "... seq_q key, ... seq key -> ... seq_q seq", out=into
     )
     blocked = None if mask is None else additive_mask(mask, scores.dtype)
-    return _plus_terms(scores, score_bias, blocked)  # into the fresh product
+    return _plus_terms(scores, score_bias, blocked)  # into the product's table
 
 
 def _batch_axes(*tables: Tensor | None) -> tuple[int, ...]:
@@ -146,19 +152,25 @@ def _batch_axes(*tables: Tensor | None) -> tuple[int, ...]:
 
 
 class _Tables:
-    """One table of scores per tile shape, written over tile after tile, when no
-    gradient is recorded (autograd would keep each tile's) and nothing is being
-    compiled; else none (``take`` gives None: a fresh table each tile).
+    """One table of scores per tile shape and kind, written over tile after tile,
+    when no gradient is recorded (autograd would keep each tile's), nothing is being
+    compiled (the compiler plans the memory) and autocast is off (it would not cast a
+    product written into a table); else none (``take`` gives None: a fresh table each
+    tile). The tables are those of the first operand's dtype and device.
 
     A fresh product takes fresh memory: on the CPU, blocks of 256 with no mask ran in
-    about 1.6x SDPA's time at 1,024 positions with a fresh table a tile, and 1.3x
-    with one reused (the blockwise page)."""
+    about 1.7x SDPA's time at 1,024 positions with a fresh table a tile, and 1.3x
+    with one reused (the blockwise page). The tables live for one call: at most four
+    shapes (the last block of queries or keys may be shorter) of each kind."""
 
-    def __init__(self, like: Tensor, *operands: Tensor | None) -> None:
-        self.like = like
-        self.tables: dict[tuple, Tensor] | None = {}
-        if _records_gradient(*operands) or torch.compiler.is_compiling():
-            self.tables = None
+    def __init__(self, *operands: Tensor | None) -> None:
+        self.like = operands[0]
+        fresh = (
+            _records_gradient(*operands)
+            or _recording_a_graph()
+            or _autocast(self.like.device)
+        )
+        self.tables: dict[tuple, Tensor] | None = None if fresh else {}
 
     def take(self, *shape: int, kind: str = "scores") -> Tensor | None:
         """The table of ``shape`` for this kind of tile (None: take a fresh one)."""
@@ -343,7 +355,7 @@ def _blockwise_forward(
     normaliser = queries.new_empty(*batch, seq_q, 1)
     scale = 1.0 / math.sqrt(queries.shape[-1])
     block, causal, offset = tiling
-    tables = _Tables(queries, queries, keys, values, score_bias)
+    tables = _Tables(queries, keys, values, score_bias)
     tile_batch = _batch_axes(queries, keys)  # of a tile's scores
     for rows in _query_blocks(seq_q, block):
         scaled = queries[..., rows, :] * scale  # \hat Q_b, once per block of queries
@@ -393,9 +405,11 @@ def _tile_gradients(
     $\partial \hat Q$, $\partial K_b$, $\partial V_b$.
 
     $P_b = e^{S_b - m} / \ell$ recomputes the weights (``inverse`` is $1/\ell$, 0 for a
-    query with no allowed key); ``delta`` is $D$. ``into``: a table for
-    $\partial S_b$ (:class:`_Tables`); with it, $P_b$ and $\partial S_b$ are written
-    over $S_b$ and ``into`` (no gradient is recorded in a backward pass).
+    query with no allowed key); ``delta`` is $D$. As in the forward pass,
+    $e^{S_b - m}$ is written over $S_b$ where the shapes allow. ``into``: a table
+    (:class:`_Tables`) for $\partial P_b$, then $\partial S_b$ over it; with it, the
+    division by $\ell$ is written over $S_b$'s table as well (where the shapes
+    allow). No gradient is recorded in a backward pass.
     """
     weights = _exp_shifted(scores, maximum)  # over S_b, as in the forward
     in_place = into is not None and _fits(weights, inverse)
@@ -555,9 +569,9 @@ def _check_block(block: int | None) -> None:
 #: positions a block on the CPU (measured on the machine of the Performance page: see
 #: the blockwise page's block size section)
 BLOCK = 256
-#: from this many queries and keys on, blockwise attention beat the materialising
-#: path on the machine of the Performance page (its crossover table), for a mask over
-#: queries and keys (causal, a window), whose hidden tiles blockwise skips
+#: from this many queries and keys on, blockwise attention matched or beat the
+#: materialising path on the machine of the Performance page (its crossover table),
+#: for a mask over queries and keys (causal, a window), whose hidden tiles it skips
 CROSSOVER = 384
 #: the same for a call that computes every tile: no mask, or a mask over the keys
 #: only (padding), which hides no whole tile of a sequence's queries

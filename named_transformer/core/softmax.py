@@ -17,7 +17,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 from torch.nn.functional import one_hot
 
-from named_transformer.axes import _records_gradient, checked
+from named_transformer.axes import _autocast, _records_gradient, checked
 from named_transformer.core.masks import _plus_terms, additive_mask
 
 __all__ = ["hardmax", "softmax", "softmax_"]
@@ -92,15 +92,6 @@ def _new_table(scores: Tensor) -> bool:
 
 
 # --8<-- [end:softmax]
-
-
-def _autocast(device: torch.device) -> bool:
-    """Whether autocast is on for ``device`` (never for a device it does not know,
-    such as ``meta``)."""
-    try:
-        return torch.is_autocast_enabled(device.type)
-    except RuntimeError:
-        return False
 
 
 # --8<-- [start:hardmax]
