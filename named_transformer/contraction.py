@@ -48,14 +48,14 @@ def einsum(*tensors_and_pattern, out=None):
     of one shape can then reuse one table instead of taking fresh memory each time.
     Under autocast the product is the autocast one, copied into ``out``.
     """
-    tensors = tensors_and_pattern[:-1]
-    if out is not None and _records_gradient(*tensors):
-        raise RuntimeError(
-            "einsum(..., out=table) records no gradient, and an operand requires one: "
-            "call it without out"
-        )
-    shape = None if out is None else out.shape
-    into = None if out is None or _autocast(out.device) else out
+    shape = into = None
+    if out is not None:
+        if _records_gradient(*tensors_and_pattern[:-1]):
+            raise RuntimeError(
+                "einsum(..., out=table) records no gradient, and an operand requires "
+                "one: call it without out"
+            )
+        shape, into = out.shape, None if _autocast(out.device) else out
     if len(tensors_and_pattern) == 3 and not _recording_a_graph():
         first, second, pattern = tensors_and_pattern
         plan = _plan(pattern, first.ndim, second.ndim)
