@@ -48,14 +48,14 @@ def einsum(*tensors_and_pattern, out=None):
     of one shape can then reuse one table instead of taking fresh memory each time.
     Under autocast the product is the autocast one, copied into ``out``.
     """
-    shape = into = None
+    into = None
     if out is not None:
         if _records_gradient(*tensors_and_pattern[:-1]):
             raise RuntimeError(
                 "einsum(..., out=table) records no gradient, and an operand requires "
                 "one: call it without out"
             )
-        shape, into = out.shape, None if _autocast(out.device) else out
+        into = None if _autocast(out.device) else out
     if len(tensors_and_pattern) == 3 and not _recording_a_graph():
         first, second, pattern = tensors_and_pattern
         plan = _plan(pattern, first.ndim, second.ndim)
@@ -65,19 +65,19 @@ def einsum(*tensors_and_pattern, out=None):
             except RuntimeError:  # sizes one product cannot pair: a size-1 axis
                 pass  # summed against a longer one broadcasts in einops, or an error
             else:
-                return result if out is None else _into(out, result, shape)
-    return _into(out, einops.einsum(*tensors_and_pattern), shape)
+                return result if out is None else _into(out, result)
+    return _into(out, einops.einsum(*tensors_and_pattern))
 
 
-def _into(out: Tensor | None, result: Tensor, shape: torch.Size | None) -> Tensor:
+def _into(out: Tensor | None, result: Tensor) -> Tensor:
     """``result``, copied into ``out`` if one is given and the product is not already
-    there; one line if ``out`` (of ``shape`` when given) does not fit it."""
+    there; one line if ``out`` does not fit it."""
     if out is None:
         return result
-    if shape != result.shape or out.dtype != result.dtype:  # matmul may have resized
+    if out.shape != result.shape or out.dtype != result.dtype:
         raise ValueError(
-            f"einsum's out is a {tuple(shape)} table of {out.dtype}, but the result "
-            f"is {tuple(result.shape)} of {result.dtype}"
+            f"einsum's out is a {tuple(out.shape)} table of {out.dtype}, but the "
+            f"result is {tuple(result.shape)} of {result.dtype}"
         )
     return result if result is out else out.copy_(result)
 

@@ -145,7 +145,7 @@ def test_out_is_written_by_the_product_itself(monkeypatch):
     queries, keys = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4)
     out = torch.empty(2, 3, 5, 6)
     copies = []
-    monkeypatch.setattr(contraction, "_into", lambda out, result, shape: copies.append(
+    monkeypatch.setattr(contraction, "_into", lambda out, result: copies.append(
         result is not out) or result)  # fmt: skip
     einsum(queries, keys, "... seq_q key, ... seq key -> ... seq_q seq", out=out)
     assert copies == [False]

@@ -155,30 +155,45 @@ class _Tables:
     """One table of scores per tile shape and kind, written over tile after tile,
     when no gradient is recorded (autograd would keep each tile's), nothing is being
     compiled (the compiler plans the memory) and autocast is off (it would not cast a
-    product written into a table); else none (``take`` gives None: a fresh table each
-    tile). The tables are those of the first operand's dtype and device.
+    product written into a table); else none (``scores`` and ``gradients`` give None:
+    a fresh table each tile). The tables are those of the queries' dtype and device;
+    a tile's scores have the batch axes of the queries and keys.
 
     A fresh product takes fresh memory: on the CPU, blocks of 256 with no mask ran in
     about 1.7x SDPA's time at 1,024 positions with a fresh table a tile, and 1.3x
     with one reused (the blockwise page). The tables live for one call: at most four
     shapes (the last block of queries or keys may be shorter) of each kind."""
 
-    def __init__(self, *operands: Tensor | None) -> None:
-        self.like = operands[0]
+    def __init__(self, queries: Tensor, keys: Tensor, *others: Tensor | None) -> None:
+        self.like, self.batch = queries, _batch_axes(queries, keys)
         fresh = (
-            _records_gradient(*operands)
+            _records_gradient(queries, keys, *others)
             or _recording_a_graph()
-            or _autocast(self.like.device)
+            or _autocast(queries.device)
         )
         self.tables: dict[tuple, Tensor] | None = None if fresh else {}
 
-    def take(self, *shape: int, kind: str = "scores") -> Tensor | None:
-        """The table of ``shape`` for this kind of tile (None: take a fresh one)."""
+    def scores(self, rows: slice, columns: slice) -> Tensor | None:
+        """The table for the scores of the tile of these queries and keys (None: take
+        a fresh one)."""
+        return self._table("scores", self.batch, rows, columns)
+
+    def gradients(
+        self, rows: slice, columns: slice, batch: tuple[int, ...]
+    ) -> Tensor | None:
+        r"""The backward pass's table for the tile's $\partial S_b$, with ``batch``'s
+        axes (those of $\partial O$), apart from the scores' even where the shapes
+        agree: both are read at once."""
+        return self._table("gradients", batch, rows, columns)
+
+    def _table(
+        self, kind: str, batch: tuple[int, ...], rows: slice, columns: slice
+    ) -> Tensor | None:
         if self.tables is None:
             return None
-        key = (kind, *shape)
+        key = (kind, *batch, rows.stop - rows.start, columns.stop - columns.start)
         if key not in self.tables:
-            self.tables[key] = self.like.new_empty(shape)
+            self.tables[key] = self.like.new_empty(key[1:])
         return self.tables[key]
 
 
@@ -356,7 +371,6 @@ def _blockwise_forward(
     scale = 1.0 / math.sqrt(queries.shape[-1])
     block, causal, offset = tiling
     tables = _Tables(queries, keys, values, score_bias)
-    tile_batch = _batch_axes(queries, keys)  # of a tile's scores
     for rows in _query_blocks(seq_q, block):
         scaled = queries[..., rows, :] * scale  # \hat Q_b, once per block of queries
         size = rows.stop - rows.start
@@ -370,7 +384,7 @@ def _blockwise_forward(
             scores = _tile_scores(
                 scaled, keys[..., columns, :], allowed,
                 _block_of(score_bias, rows, columns),
-                tables.take(*tile_batch, size, columns.stop - columns.start),
+                tables.scores(rows, columns),
             )  # fmt: skip
             m, ell, outputs = _online_softmax(
                 scores, values[..., columns, :], m, ell, outputs, dropout, training
@@ -478,24 +492,22 @@ class _BlockwiseAttention(torch.autograd.Function):
             grad_bias = torch.zeros_like(score_bias)
         scale = 1.0 / math.sqrt(queries.shape[-1])
         block, causal, offset = ctx.tiling
-        tables = _Tables(queries)  # no gradient is recorded here
-        tile_batch = _batch_axes(queries, keys)  # of a tile's scores
+        tables = _Tables(queries, keys)  # no gradient is recorded here
         for rows in _query_blocks(queries.shape[-2], block):
             scaled = queries[..., rows, :] * scale
             for columns, allowed in _key_blocks(
                 rows, seq, block, mask, causal, offset, queries.device
             ):
-                tile = (rows.stop - rows.start, columns.stop - columns.start)
                 scores = _tile_scores(
                     scaled, keys[..., columns, :], allowed,
                     _block_of(score_bias, rows, columns),
-                    tables.take(*tile_batch, *tile),
+                    tables.scores(rows, columns),
                 )  # fmt: skip
                 grad_scores, grad_q, grad_k, grad_v = _tile_gradients(
                     scores, scaled, keys[..., columns, :],
                     values[..., columns, :], grad_attended[..., rows, :],
                     maximum[..., rows, :], inverse[..., rows, :], delta[..., rows, :],
-                    tables.take(*batch, *tile, kind="gradients"),
+                    tables.gradients(rows, columns, batch),
                 )  # fmt: skip
                 grad_queries[..., rows, :] += grad_q
                 grad_keys[..., columns, :] += grad_k
