@@ -7,6 +7,7 @@ any order, with ``...`` on either side and size-1 axes that broadcast.
 """
 
 import dataclasses
+import warnings
 
 import einops
 import pytest
@@ -159,7 +160,7 @@ def test_out_refuses_a_gradient_and_a_table_that_does_not_fit():
     """As PyTorch's ``out=``: no gradient through it (one line, not a silent copy
     that autograd records); and a table of another shape or dtype than the result
     is refused in one line, whichever way the product takes (a plan that writes
-    into it, one that copies, einops)."""
+    into it, one that copies, einops), and never resized by ``matmul``."""
     queries, keys = torch.randn(2, 5, 4, requires_grad=True), torch.randn(2, 6, 4)
     with pytest.raises(RuntimeError, match="records no gradient"):
         einsum(queries, keys, SCORES, out=torch.empty(2, 5, 6))
@@ -168,8 +169,12 @@ def test_out_refuses_a_gradient_and_a_table_that_does_not_fit():
                     "b seq_q key, b seq key, b seq -> b seq_q seq"):  # fmt: skip
         operands = (queries, keys, torch.randn(2, 6))[: pattern.count(",") + 1]
         good = einsum(*operands, pattern)
-        with pytest.raises(ValueError, match="einsum's out is a"):
-            einsum(*operands, pattern, out=torch.empty(1, *good.shape[1:]))
+        narrow = torch.empty(1, *good.shape[1:])
+        with warnings.catch_warnings():  # matmul would warn as it resized the table
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match="einsum's out is a"):
+                einsum(*operands, pattern, out=narrow)
+        assert narrow.shape == (1, *good.shape[1:])  # left as it was given
         wide = good.new_empty(good.shape, dtype=torch.float64)
         with pytest.raises(ValueError, match="of torch.float64, but the result"):
             einsum(*operands, pattern, out=wide)
