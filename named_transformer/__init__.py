@@ -93,19 +93,16 @@ from named_transformer.interop.pytorch import (
     mask_from_torch,
     to_torch,
 )
-from named_transformer.models.alibi import (
-    ALiBi,
-    ALiBiMultiHeadAttention,
-    alibi_attend_heads,
-    alibi_multihead_attention,
-)
+from named_transformer.models.alibi import ALiBi, LinearBiases
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.cores import Automatic, Blockwise, Fused, Materialise
 from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.embedding import (
+    Learned,
     LearnedPositions,
+    Sinusoidal,
     SinusoidalPositions,
     TokenEmbedding,
     add_positions,
@@ -124,14 +121,9 @@ from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import (
     Heads,
     MultiHeadAttention,
-    attend_grouped_heads,
-    attend_heads,
     attend_projected,
-    grouped_query_attention,
     merge_heads,
     multihead,
-    multihead_attention,
-    multihead_self_attention,
     project_heads,
     project_qkv,
     stack_qkv,
@@ -140,10 +132,9 @@ from named_transformer.models.multihead import (
 from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.relative import (
     Relative,
-    RelativeMultiHeadAttention,
+    RelativeTables,
     relative_attend,
     relative_attention_weights,
-    relative_multihead_attention,
 )
 from named_transformer.models.rnn import (
     ElmanCell,
@@ -153,12 +144,7 @@ from named_transformer.models.rnn import (
     gru_cell,
     lstm_cell,
 )
-from named_transformer.models.rotary import (
-    Rotary,
-    RotaryMultiHeadAttention,
-    rotary_multihead_attention,
-    rotate_heads,
-)
+from named_transformer.models.rotary import Rotary, rotate_heads
 from named_transformer.models.seq2seq import (
     AttentionDecoder,
     BahdanauSeq2Seq,
@@ -188,7 +174,8 @@ from named_transformer.models.transformer import Transformer, TransformerStacks
 from named_transformer.models.variants import (
     AttentionVariant,
     Positions,
-    register_positions,
+    PositionScheme,
+    register_scheme,
 )
 from named_transformer.pretrained import (
     ChatModel,
@@ -266,7 +253,9 @@ __all__ = [
     "TransformerConfig",
     "Decoder",
     "DecoderLayer",
+    "Learned",
     "LearnedPositions",
+    "Sinusoidal",
     "SinusoidalPositions",
     "TokenEmbedding",
     "add_positions",
@@ -280,18 +269,13 @@ __all__ = [
     "to_torch",
     "LanguageModel",
     "MultiHeadAttention",
-    "attend_heads",
     "merge_heads",
-    "multihead_attention",
-    "multihead_self_attention",
     "project_heads",
     "stack_qkv",
     "stacked_projection",
     "CountsParameters",
-    "RelativeMultiHeadAttention",
     "relative_attend",
     "relative_attention_weights",
-    "relative_multihead_attention",
     "FeedForward",
     "GatedFeedForward",
     "LayerNorm",
@@ -340,18 +324,11 @@ __all__ = [
     "rotary_angles",
     "rotary_frequencies",
     "rotate",
-    "ALiBiMultiHeadAttention",
-    "alibi_attend_heads",
-    "alibi_multihead_attention",
     "fused_grouped_attention",
     "group_queries",
     "grouped_attend",
     "grouped_attention",
     "grouped_attention_weights",
-    "attend_grouped_heads",
-    "grouped_query_attention",
-    "RotaryMultiHeadAttention",
-    "rotary_multihead_attention",
     "rotate_heads",
     "blockwise_attention",
     "export_onnx",
@@ -360,19 +337,21 @@ __all__ = [
     "cached_self_attention",
     # 0.5.0: one multi-head attention, its variants as parts
     "ALiBi",
+    "LinearBiases",
     "AttentionVariant",
     "AttentionWeights",
     "Blockwise",
     "Fused",
     "Heads",
     "Materialise",
+    "PositionScheme",
     "Positions",
     "Relative",
+    "RelativeTables",
     "Rotary",
     "attend_projected",
     "multihead",
     "project_qkv",
-    "register_positions",
     # 0.6.0: the core chosen per call, look inside, GGUF files and SmolLM2
     "Automatic",
     "Named",
@@ -388,6 +367,8 @@ __all__ = [
     "record",
     "repeated_tokens",
     "residual_stream",
+    # 0.9.0: the attention owns its position scheme; the configuration builds all
+    "register_scheme",
 ]
 __version__ = "0.8.3"
 

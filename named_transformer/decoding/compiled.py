@@ -30,7 +30,6 @@ from torch import Tensor, nn
 from named_transformer.axes import shape_checks
 from named_transformer.decoding.incremental import IncrementalDecoder, _LayerCache
 from named_transformer.models.embedding import add_positions
-from named_transformer.models.relative import RelativeMultiHeadAttention
 
 __all__ = ["CompiledDecoder"]
 
@@ -48,11 +47,10 @@ class CompiledDecoder(IncrementalDecoder):
     with shape checks off: they cannot run inside a compiled graph. Several new tokens
     (a prompt) go through the same step eagerly, in one pass, before the compiled step
     takes one token at a time. The model must be in eval mode
-    (its position table is read once). Its self-attention may be ordinary, rotary
-    (:class:`~named_transformer.models.rotary.RotaryMultiHeadAttention`) or ALiBi
-    (:class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`): their angles
-    and biases take the position as a tensor too. Relative self-attention is refused
-    (its table lookup needs the position as a Python number). Grouped-query attention
+    (its position table is read once). Its self-attention's position part must take
+    the position as a tensor (:attr:`~named_transformer.models.variants.Positions.\
+takes_tensor_offset`): none, rotary and ALiBi do; relative positions are refused (their
+    table lookup needs the position as a Python number). Grouped-query attention
     keeps ``kv_heads`` heads in the buffers; a sliding window (``config.window``) is
     applied by the mask, the buffers staying capacity-sized.
     """
@@ -74,15 +72,13 @@ class CompiledDecoder(IncrementalDecoder):
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         super().__init__(model, source, source_mask, cache=True)
-        if any(
-            isinstance(layer.self_attention, RelativeMultiHeadAttention)
-            for layer in self.layers
-        ):
-            raise ValueError(
-                "CompiledDecoder supports ordinary, rotary and ALiBi self-attention, "
-                "not relative self-attention (RelativeMultiHeadAttention): "
-                "decode it with IncrementalDecoder"
-            )
+        for layer in self.layers:
+            part = layer.self_attention.position_scheme()
+            if not part.takes_tensor_offset:
+                raise ValueError(
+                    f"CompiledDecoder cannot compile {part.name} positions (they need "
+                    "the position as a Python number): decode with IncrementalDecoder"
+                )
         self.capacity = capacity
         table = self.embedding.table  # gives the model's dtype, device and width
         self.slots = torch.arange(capacity, device=table.device)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.core.masks import causal_mask
-from named_transformer.models.multihead import attend_heads, project_heads
+from named_transformer.models.multihead import Heads, attend_projected, project_heads
 
 __all__ = ["cached_self_attention"]
 
@@ -55,7 +55,7 @@ def cached_self_attention(
     keys = torch.cat([cached_keys, new_keys], dim=-2)  # allow-raw: append along seq
     values = torch.cat([cached_values, new_values], dim=-2)  # allow-raw: as keys
     mask = causal_mask(new, seen + new, offset=seen, device=inputs.device)
-    outputs, _ = attend_heads(queries, keys, values, w_o, mask=mask)
+    outputs, _ = attend_projected(Heads(queries, keys, values), w_o, None, mask)
     return outputs, new_keys, new_values
 
 

@@ -1,11 +1,10 @@
 """The exercises whose library function no longer carries its own signature.
 
 Since the one multi-head pipeline (``models.multihead.multihead``, weights in an
-``AttentionWeights``), the library keeps 0.4.0's functional ``multihead_attention`` as
-a shim (``models.legacy.keeps_signature``): the same arguments, but no annotations and
-no docstring of its own, so no skeleton could be generated from it. The exercise keeps
-the 0.4.0 form, every weight an argument: its annotated signature and docstring are
-here, the skeleton's source, and its body is the library's shim.
+``AttentionWeights``), the library has no functional multi-head attention that takes
+every weight as an argument. The exercise keeps that 0.4.0 form: its annotated
+signature and docstring are here, the skeleton's source, and its body runs the
+pipeline.
 """
 
 from __future__ import annotations
@@ -14,7 +13,10 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
-from named_transformer.models import multihead as _library
+from named_transformer.models.attention_weights import AttentionWeights
+from named_transformer.models.cores import FUSED, MATERIALISE, Blockwise
+from named_transformer.models.multihead import attend_projected, project_qkv
+from named_transformer.models.variants import AttentionVariant
 
 __all__ = ["multihead_attention"]
 
@@ -56,7 +58,12 @@ def multihead_attention(
     weights); the weights are None with ``fused=True`` or a ``block`` (neither forms
     the whole table of weights).
     """
-    return _library.multihead_attention(
-        inputs, memory, w_q, w_k, w_v, w_o, mask, b_q, b_k, b_v, b_o, dropout,
-        training, fused, values_from=values_from, score_bias=score_bias, block=block,
+    core = FUSED if fused else MATERIALISE if block is None else Blockwise(block)
+    heads = project_qkv(
+        inputs, memory, AttentionWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o),
+        values_from=values_from,
+    )  # fmt: skip
+    return attend_projected(
+        heads, w_o, b_o, mask, variant=AttentionVariant(core=core),
+        score_bias=score_bias, dropout=dropout if training else 0.0,
     )  # fmt: skip

@@ -384,13 +384,13 @@ def _llama(config: dict, theirs: set[str], fused: bool) -> LanguageModel:
         hidden=config["intermediate_size"],
         activation=_activation(config.get("hidden_act", "silu")),
         eps=config.get("rms_norm_eps", 1e-6), fused_attention=fused,
-        rotary_base=_rotary_base(config), window=_window(config),
+        positions=Rotary(_rotary_base(config)), window=_window(config),
         bias=bias, qkv_bias=qkv_bias,
     )  # fmt: skip
     # a base model (LlamaModel) has no output layer: the named one ties its own
     tied = config.get("tie_word_embeddings", False) or "lm_head.weight" not in theirs
     return LanguageModel(
-        config["vocab_size"], options, positions="rotary",
+        config["vocab_size"], options,
         max_positions=config.get("max_position_embeddings", 2048),
         scale_embeddings=False, tie_output=tied, output_bias=False,
     )  # fmt: skip

@@ -16,7 +16,9 @@ stored in checkpoints: they follow from the number of heads), and nothing is add
 the embeddings. The queries start at ``offset`` and the keys at 0, so a cached
 decoding step passes the cache length as ``offset``.
 
-In the pipeline ALiBi is one part, :class:`ALiBi`: a per-head score term $T$. Every
+In the pipeline ALiBi is one part, :class:`LinearBiases`: a per-head score term
+$T$, which the attention owns (``MultiHeadAttention(layer, heads,
+positions=ALiBi())``). Every
 core takes it (the fused kernel as a float ``attn_mask``, the blockwise one block by
 block), and with grouped key/value heads the slopes are split with the query heads.
 """
@@ -24,33 +26,35 @@ block), and with grouped key/value heads the slopes are split with the query hea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from jaxtyping import TypeCheckError
-from torch import Tensor
+from torch import Tensor, nn
 
 from named_transformer.core.alibi import alibi_bias, alibi_slopes
-from named_transformer.models.legacy import keeps_signature
-from named_transformer.models.multihead import MultiHeadAttention, run_legacy
-from named_transformer.models.variants import Positions, register_positions
+from named_transformer.models.variants import (
+    Positions,
+    PositionScheme,
+    register_scheme,
+)
 
-__all__ = [
-    "ALiBi",
-    "ALiBiMultiHeadAttention",
-    "alibi_attend_heads",
-    "alibi_multihead_attention",
-]
+__all__ = ["ALiBi", "LinearBiases"]
 
 
 # --8<-- [start:ALiBi]
-@dataclass(frozen=True)
-class ALiBi(Positions):
-    r"""ALiBi as a part of the pipeline: the score term
+class LinearBiases(Positions, nn.Module):
+    r"""ALiBi's part of one attention: the score term
     $T = B_{\text{ALiBi}} \in \mathbb R^{\mathsf{heads} \times \mathsf{seq'} \times
-    \mathsf{seq}}$, one slope per head, for queries from position ``offset``."""
+    \mathsf{seq}}$ for queries from position ``offset``, from fixed per-head slopes
+    $m_h$ (a buffer, not a parameter, and not stored in checkpoints: they follow from
+    the number of heads)."""
 
-    slopes: Tensor  # heads
-    symmetric: bool = False
     name = "ALiBi"
+
+    def __init__(self, heads: int, symmetric: bool = False) -> None:
+        super().__init__()
+        self.symmetric = symmetric
+        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
 
     def score_term(self, queries: Tensor, seq: int, offset: int | Tensor) -> Tensor:
         if self.slopes.shape[-1] != queries.shape[-3]:
@@ -64,55 +68,26 @@ class ALiBi(Positions):
         )  # fmt: skip
 
 
-# --8<-- [end:ALiBi]
-
-
-# --8<-- [start:ALiBiMultiHeadAttention]
-class ALiBiMultiHeadAttention(MultiHeadAttention):
-    r""":class:`MultiHeadAttention` with ALiBi's fixed per-head slopes $m_h$ (no new
-    parameters).
+@register_scheme
+@dataclass(frozen=True)
+class ALiBi(PositionScheme):
+    r"""ALiBi: every self-attention's scores penalised by the distance, one slope per
+    head (:class:`LinearBiases`); nothing is added to the embeddings.
 
     ``symmetric=False`` is the paper's causal form $-m_h(j - i)$ for the query at
     $j$ and the key at $i$, for a decoder under a causal mask; ``symmetric=True``
-    gives $-m_h|j - i|$, for an encoder that attends both ways. The other arguments
-    are those of :class:`MultiHeadAttention`.
+    gives $-m_h|j - i|$, for an encoder that attends both ways. None (a model's
+    configuration): by the stack, symmetric in an encoder and causal in a decoder.
     """
 
-    def __init__(
-        self, layer: int, heads: int, *, symmetric: bool = False, **options
-    ) -> None:
-        super().__init__(layer, heads, **options)
-        self.symmetric = symmetric
-        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+    symmetric: bool | None = None
+    kind: ClassVar[str] = "alibi"
 
-    def position_scheme(self) -> ALiBi:
-        return ALiBi(self.slopes, self.symmetric)
+    def part(self, attention: Any) -> LinearBiases:
+        return LinearBiases(attention.heads, symmetric=bool(self.symmetric))
 
-
-register_positions(  # an encoder's layers attend both ways: |j - i|
-    "alibi",
-    lambda request: ALiBiMultiHeadAttention(
-        request.layer, request.heads, symmetric=not request.causal, **request.options
-    ),
-)
-# --8<-- [end:ALiBiMultiHeadAttention]
+    def within(self, causal: bool) -> ALiBi:
+        return self if self.symmetric is not None else ALiBi(symmetric=not causal)
 
 
-def _run_alibi(arguments: dict) -> tuple:
-    """0.4.0's ALiBi functions: their slopes and symmetry make the part."""
-    return run_legacy(arguments, ALiBi(arguments["slopes"], arguments["symmetric"]))
-
-
-_OPTIONS = "offset=0, dropout=0.0, training=False, fused=False, *, symmetric=False, "
-alibi_multihead_attention = keeps_signature(
-    "alibi_multihead_attention",
-    "inputs, memory, w_q, w_k, w_v, w_o, slopes, mask=None, b_q=None, b_k=None, "
-    f"b_v=None, b_o=None, {_OPTIONS}score_bias=None",
-    _run_alibi,
-)
-alibi_attend_heads = keeps_signature(
-    "alibi_attend_heads",
-    "queries, keys, values, w_o, slopes, b_o=None, mask=None, "
-    f"{_OPTIONS}score_bias=None",
-    _run_alibi,
-)
+# --8<-- [end:ALiBi]

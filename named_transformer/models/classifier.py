@@ -19,6 +19,8 @@ logits.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from einops import rearrange, reduce
 from jaxtyping import Bool, Float, Int
@@ -27,7 +29,8 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.inside.recording import tap
-from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.embedding import TokenEmbedding, embed_positions
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.parameters import CountsParameters
 
@@ -59,29 +62,43 @@ class TransformerClassifier(CountsParameters, nn.Module):
     r"""Embeddings, an encoder, max over $\mathsf{seq}$ ignoring padding, a linear
     layer.
 
-    Defaults are the NYU notes': one layer, 32 wide, 2 heads, hidden 128.
+    Built from a :class:`~named_transformer.models.config.TransformerConfig`
+    (``config.encoder_layers`` layers, its positions and every attention option) or
+    from the sizes by name; defaults are the NYU notes': one layer, 32 wide, 2 heads,
+    hidden 128.
     """
 
     def __init__(
         self,
         vocab: int,
         classes: int,
+        config: TransformerConfig | None = None,
         *,
         num_layers: int = 1,
         layer: int = 32,
         heads: int = 2,
         hidden: int = 128,
-        dropout: float = 0.1,
-        **options,
+        **options: Any,
     ) -> None:
         super().__init__()
-        self.embedding = TokenEmbedding(vocab, layer)
-        self.positions = SinusoidalPositions(layer, dropout=dropout)
-        self.encoder = Encoder.build(
-            num_layers, layer, heads, hidden, dropout=dropout, **options
+        if config is None:
+            config = TransformerConfig(
+                encoder_layers=num_layers, layer=layer, heads=heads, hidden=hidden,
+                **options,
+            )  # fmt: skip
+        elif options:
+            raise TypeError(
+                "a TransformerClassifier built from a TransformerConfig takes no "
+                f"other options, got {', '.join(sorted(options))}"
+            )
+        self.config = c = config
+        self.embedding = TokenEmbedding(vocab, c.layer)
+        self.positions = embed_positions(c.positions, c.layer, c.dropout)
+        self.encoder = Encoder.of(c, c.encoder_layers)
+        bound = c.layer**-0.5
+        self.w_out = nn.Parameter(
+            torch.empty(classes, c.layer).uniform_(-bound, bound)
         )
-        bound = layer**-0.5
-        self.w_out = nn.Parameter(torch.empty(classes, layer).uniform_(-bound, bound))
         self.b_out = nn.Parameter(torch.zeros(classes))
 
     @checked

@@ -9,19 +9,33 @@ dropout 0.3.
 
 The modern block (Llama, Qwen2, Mistral) is the same configuration with other choices:
 ``norm="rms"``, ``feed_forward="gated"`` with ``activation="silu"``, ``bias=False``,
-``norm_first=True``, ``kv_heads`` and ``rotary_base`` (:meth:`TransformerConfig.llama`).
+``norm_first=True``, ``kv_heads`` and rotary positions
+(:meth:`TransformerConfig.llama`).
+
+The configuration is the one way a model is built: every model, the model kinds of
+the command line, and the Hugging Face and GGUF importers make their layers from it,
+so an option reaches every module it names (or is refused in one line).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
+# the schemes register their kinds on import: every kind is known wherever a
+# configuration is
+import named_transformer.models.alibi  # noqa: F401
+import named_transformer.models.relative  # noqa: F401
+import named_transformer.models.rotary  # noqa: F401
+from named_transformer.models.embedding import Sinusoidal
 from named_transformer.models.sublayers import (
     ACTIVATIONS,
     Activation,
     FeedForwardKind,
     NormKind,
 )
+from named_transformer.models.variants import PositionScheme, position_scheme
 
 __all__ = ["TransformerConfig"]
 
@@ -53,8 +67,10 @@ class TransformerConfig:
     # causal self-attention sees only the last `window` positions, itself included
     # (sliding_window_mask; decoder-only blocks and the decoder); None = all
     window: int | None = None
-    # rotary positions' base theta (RoFormer and Llama 1-2: 10000; Llama 3: 500000)
-    rotary_base: float = 10000.0
+    # the positions: added to the embeddings (Sinusoidal(), the paper; Learned(n))
+    # or a part of every self-attention (Rotary(base), ALiBi(), Relative(k)); a kind's
+    # name ("rotary") stands for its scheme with the default parameters
+    positions: PositionScheme = Sinusoidal()
     # every normalisation: "layer" (LayerNorm, the paper) or "rms" (RMSNorm, Llama)
     norm: NormKind = "layer"
     # "plain" (W^2 . act(W^1 . X)) or "gated" (SwiGLU with activation="silu", Llama)
@@ -67,6 +83,7 @@ class TransformerConfig:
     qkv_bias: bool | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "positions", position_scheme(self.positions))
         for name in ("encoder_layers", "decoder_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -98,10 +115,6 @@ class TransformerConfig:
                 f"kv_heads={self.kv_heads} must divide heads={self.heads} "
                 "(each key/value head serves heads/kv_heads query heads)"
             )
-        if self.rotary_base <= 1.0:
-            raise ValueError(
-                f"rotary_base must be greater than 1, got {self.rotary_base}"
-            )
         if self.norm not in ("layer", "rms"):
             raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
         if self.feed_forward not in ("plain", "gated"):
@@ -127,13 +140,15 @@ class TransformerConfig:
     def llama(cls, **sizes) -> TransformerConfig:
         r"""The Llama block's choices (pre-norm with RMSNorm and a final one, SwiGLU,
         no biases, no dropout, RMSNorm's $\epsilon = 10^{-6}$); ``sizes`` (layer,
-        heads, kv_heads, hidden, decoder_layers, rotary_base, window, ...) override
-        any of them. The positions are rotary: build the model with
-        ``LanguageModel(vocab, config, positions="rotary", scale_embeddings=False)``.
+        heads, kv_heads, hidden, decoder_layers, positions, window, ...) override
+        any of them. The positions are rotary (``positions=Rotary(500000.0)`` for
+        Llama 3's base); build the model with
+        ``LanguageModel(vocab, config, scale_embeddings=False)``.
         """
         choices = dict(
             norm_first=True, final_norm=True, norm="rms", feed_forward="gated",
             activation="silu", bias=False, dropout=0.0, eps=1e-6, encoder_layers=1,
+            positions="rotary",
         )  # fmt: skip
         return cls(**{**choices, **sizes})
 
@@ -146,21 +161,31 @@ class TransformerConfig:
     def has_final_norm(self) -> bool:
         return self.norm_first if self.final_norm is None else self.final_norm
 
-    def layer_options(self) -> dict:
-        """Keyword arguments for one encoder or decoder layer."""
+    def attention_options(self, causal: bool) -> dict[str, Any]:
+        """:class:`~named_transformer.models.multihead.MultiHeadAttention`'s options
+        for one self-attention of a stack that attends causally or both ways."""
         return {
-            "dropout": self.dropout,
-            "activation": self.activation,
-            "norm_first": self.norm_first,
-            "eps": self.eps,
-            "fused_attention": self.fused_attention,
-            "attention_block": self.attention_block,
-            "kv_heads": self.kv_heads,
-            "norm": self.norm,
-            "feed_forward": self.feed_forward,
-            "bias": self.bias,
-            "qkv_bias": self.qkv_bias,
-        }
+            "dropout": self.dropout, "fused": self.fused_attention,
+            "block": self.attention_block, "kv_heads": self.kv_heads,
+            "bias": self.bias, "qkv_bias": self.qkv_bias,
+            "positions": self.positions.within(causal),
+        }  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-friendly form a checkpoint stores (:meth:`from_dict` reads it)."""
+        stored = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**stored, "positions": self.positions.to_dict()}
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> TransformerConfig:
+        """The configuration :meth:`to_dict` wrote; before 0.9 a checkpoint kept the
+        rotary base here (``rotary_base``) and the positions' kind beside it."""
+        stored = dict(stored)
+        base = stored.pop("rotary_base", None)
+        positions = position_scheme(stored.pop("positions", "sinusoidal"))
+        if base is not None and positions.kind == "rotary":
+            positions = position_scheme("rotary", base=base)
+        return cls(**stored, positions=positions)
 
 
 # --8<-- [end:TransformerConfig]

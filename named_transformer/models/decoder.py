@@ -17,20 +17,23 @@ target position may look at every (non-padded) source position.
 
 from __future__ import annotations
 
+from typing import Any
+
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.models.encoder import _biased, _recording, _Stack
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.encoder import (
+    _biased,
+    _recording,
+    _Stack,
+    layer_config,
+)
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
-from named_transformer.models.sublayers import (
-    Activation,
-    FeedForwardKind,
-    NormKind,
-    Residual,
-    build_feed_forward,
-)
+from named_transformer.models.sublayers import Residual, build_feed_forward
+from named_transformer.models.variants import NO_SCHEME
 
 __all__ = ["Decoder", "DecoderLayer"]
 
@@ -39,54 +42,39 @@ __all__ = ["Decoder", "DecoderLayer"]
 class DecoderLayer(CountsParameters, nn.Module):
     r"""Masked self-attention, cross-attention over the memory, feed-forward.
 
-    ``memory`` is the width of the encoder output (default ``layer``). ``bias=False``
-    builds it with no attention or feed-forward biases and no LayerNorm $\beta$.
-    ``kv_heads`` makes the self-attention grouped-query (the one whose keys and values
-    a decoder caches); the cross-attention keeps ``heads``. ``attention_block`` makes
-    both attentions blockwise (``MultiHeadAttention``'s ``block``). ``norm``,
-    ``feed_forward`` and ``qkv_bias`` are those of
-    :class:`~named_transformer.models.encoder.EncoderLayer`.
+    Built from a :class:`~named_transformer.models.config.TransformerConfig` or from
+    the sizes and the configuration's options by name, as
+    :class:`~named_transformer.models.encoder.EncoderLayer`. ``memory`` is the width
+    of the encoder output (default ``layer``). ``kv_heads`` and ``positions`` shape
+    the self-attention (the one whose keys and values a decoder caches); the
+    cross-attention keeps ``heads`` and no positions of its own (its queries and its
+    keys, the encoder output, already carry theirs). Every other option
+    (``attention_block``, ``fused_attention``, ``bias``, ``qkv_bias``, dropout)
+    reaches both attentions.
     """
 
     def __init__(
         self,
-        layer: int = 512,
+        layer: int | TransformerConfig = 512,
         heads: int = 8,
         hidden: int = 2048,
         *,
         memory: int | None = None,
-        dropout: float = 0.1,
-        activation: Activation = "relu",
-        norm_first: bool = False,
-        eps: float = 1e-5,
-        fused_attention: bool = False,
-        bias: bool = True,
-        kv_heads: int | None = None,
-        attention_block: int | None = None,
-        norm: NormKind = "layer",
-        feed_forward: FeedForwardKind = "plain",
-        qkv_bias: bool | None = None,
+        **options: Any,
     ) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(
-            layer, heads, dropout=dropout, fused=fused_attention, bias=bias,
-            kv_heads=kv_heads, block=attention_block, qkv_bias=qkv_bias,
-        )  # fmt: skip
-        self.cross_attention = MultiHeadAttention(
-            layer, heads, memory=memory, dropout=dropout, fused=fused_attention,
-            bias=bias, block=attention_block, qkv_bias=qkv_bias,
-        )  # fmt: skip
+        c = layer_config(layer, heads, hidden, options)
+        self.self_attention = MultiHeadAttention.of(c, causal=True)
+        self.cross_attention = MultiHeadAttention.of(
+            c, causal=True, memory=memory, kv_heads=None, positions=NO_SCHEME
+        )
         self.feed_forward = build_feed_forward(
-            feed_forward, layer, hidden, activation=activation, dropout=dropout,
-            bias=bias,
+            c.feed_forward, c.layer, c.hidden, activation=c.activation,
+            dropout=c.dropout, bias=c.bias,
         )  # fmt: skip
-        options = {
-            "dropout": dropout, "norm_first": norm_first, "eps": eps, "bias": bias,
-            "norm": norm,
-        }  # fmt: skip
-        self.self_attention_residual = Residual(layer, **options)
-        self.cross_attention_residual = Residual(layer, **options)
-        self.feed_forward_residual = Residual(layer, **options)
+        self.self_attention_residual = Residual.of(c)
+        self.cross_attention_residual = Residual.of(c)
+        self.feed_forward_residual = Residual.of(c)
 
     @checked
     def forward(

@@ -22,6 +22,8 @@ built for. Dropout follows the sum, as in the paper.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,14 +34,18 @@ from named_transformer.axes import checked, shape_checks_enabled
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import sinusoidal_positions
 from named_transformer.inside.recording import tap
+from named_transformer.models.variants import PositionScheme, register_scheme
 
 __all__ = [
+    "Learned",
     "LearnedPositions",
     "NoPositions",
+    "Sinusoidal",
     "SinusoidalPositions",
     "TokenEmbedding",
     "add_positions",
     "embed",
+    "embed_positions",
 ]
 
 
@@ -219,3 +225,44 @@ class NoPositions(nn.Module):
 
 
 # --8<-- [end:NoPositions]
+
+
+# --8<-- [start:embedding_schemes]
+@register_scheme
+@dataclass(frozen=True)
+class Sinusoidal(PositionScheme):
+    """The paper's positions: the fixed sinusoidal table added to the embeddings."""
+
+    kind: ClassVar[str] = "sinusoidal"
+
+    def embedding(self, layer: int, dropout: float) -> SinusoidalPositions:
+        return SinusoidalPositions(layer, dropout=dropout)
+
+
+@register_scheme
+@dataclass(frozen=True)
+class Learned(PositionScheme):
+    """GPT-2's and BERT's positions: a learned table of ``max_positions`` rows added
+    to the embeddings (no position beyond it)."""
+
+    max_positions: int = 1024
+    kind: ClassVar[str] = "learned"
+
+    def __post_init__(self) -> None:
+        if self.max_positions < 1:
+            raise ValueError(
+                f"max_positions must be positive, got {self.max_positions}"
+            )
+
+    def embedding(self, layer: int, dropout: float) -> LearnedPositions:
+        return LearnedPositions(self.max_positions, layer, dropout=dropout)
+
+
+def embed_positions(scheme: PositionScheme, layer: int, dropout: float) -> nn.Module:
+    """What a model adds to its embeddings under ``scheme``: the scheme's module, or
+    dropout alone (:class:`NoPositions`) when its positions live in the attention."""
+    module = scheme.embedding(layer, dropout)
+    return NoPositions(dropout) if module is None else module
+
+
+# --8<-- [end:embedding_schemes]

@@ -17,18 +17,17 @@ With a causal mask the same layer is the block of a decoder-only language model 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.models.config import TransformerConfig
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.sublayers import (
-    Activation,
-    FeedForwardKind,
     LayerNorm,
-    NormKind,
     Residual,
     RMSNorm,
     build_feed_forward,
@@ -67,49 +66,58 @@ def _biased(**biases: Tensor | None) -> dict[str, Tensor]:
     return {name: bias for name, bias in biases.items() if bias is not None}
 
 
+def layer_config(
+    layer: int | TransformerConfig, heads: int, hidden: int, options: dict[str, Any]
+) -> TransformerConfig:
+    """The configuration of one layer: ``layer`` itself when it is one, else built
+    from the sizes and the options named as the configuration's fields (so an
+    unknown option is refused, and every option is validated, in one line)."""
+    if isinstance(layer, TransformerConfig):
+        if options:
+            raise TypeError(
+                f"a layer built from a TransformerConfig takes no other options, got "
+                f"{', '.join(sorted(options))}: put them in the configuration"
+            )
+        return layer
+    return TransformerConfig(layer=layer, heads=heads, hidden=hidden, **options)
+
+
 class EncoderLayer(CountsParameters, nn.Module):
     r"""Self-attention then feed-forward, each in a residual sublayer.
 
-    Defaults are the paper's base layer (512 wide, 8 heads, hidden 2048, dropout 0.1,
-    ReLU, post-norm). ``bias=False`` builds it with no additive parameters: no
-    attention or feed-forward biases, no LayerNorm $\beta$ (PyTorch's ``bias=False``).
+    Built from a :class:`~named_transformer.models.config.TransformerConfig`
+    (``EncoderLayer(config)``), or from the sizes and the configuration's options by
+    name (``EncoderLayer(512, 8, 2048, dropout=0.1, ...)``; defaults are the paper's
+    base layer: 512 wide, 8 heads, hidden 2048, dropout 0.1, ReLU, post-norm).
+    ``bias=False`` builds it with no additive parameters: no attention or
+    feed-forward biases, no LayerNorm $\beta$ (PyTorch's ``bias=False``).
     ``kv_heads`` makes the self-attention grouped-query (multi-query when 1).
     ``attention_block`` makes it blockwise (``MultiHeadAttention``'s ``block``).
     ``norm="rms"`` and ``feed_forward="gated"`` make it Llama's block (with
     ``norm_first=True``, ``bias=False``); ``qkv_bias`` keeps $b^Q, b^K, b^V$ alone
-    (Qwen2).
+    (Qwen2). ``positions`` is the self-attention's position scheme; ``causal`` says
+    whether the layer attends causally (a decoder-only model's block: ALiBi's
+    one-sided form) or both ways.
     """
 
     def __init__(
         self,
-        layer: int = 512,
+        layer: int | TransformerConfig = 512,
         heads: int = 8,
         hidden: int = 2048,
         *,
-        dropout: float = 0.1,
-        activation: Activation = "relu",
-        norm_first: bool = False,
-        eps: float = 1e-5,
-        fused_attention: bool = False,
-        bias: bool = True,
-        kv_heads: int | None = None,
-        attention_block: int | None = None,
-        norm: NormKind = "layer",
-        feed_forward: FeedForwardKind = "plain",
-        qkv_bias: bool | None = None,
+        causal: bool = False,
+        **options: Any,
     ) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(
-            layer, heads, dropout=dropout, fused=fused_attention, bias=bias,
-            kv_heads=kv_heads, block=attention_block, qkv_bias=qkv_bias,
-        )  # fmt: skip
+        c = layer_config(layer, heads, hidden, options)
+        self.self_attention = MultiHeadAttention.of(c, causal=causal)
         self.feed_forward = build_feed_forward(
-            feed_forward, layer, hidden, activation=activation, dropout=dropout,
-            bias=bias,
+            c.feed_forward, c.layer, c.hidden, activation=c.activation,
+            dropout=c.dropout, bias=c.bias,
         )  # fmt: skip
-        options = {"dropout": dropout, "norm_first": norm_first, "eps": eps}
-        self.attention_residual = Residual(layer, **options, bias=bias, norm=norm)
-        self.feed_forward_residual = Residual(layer, **options, bias=bias, norm=norm)
+        self.attention_residual = Residual.of(c)
+        self.feed_forward_residual = Residual.of(c)
 
     @checked
     def forward(
@@ -158,6 +166,28 @@ class _Stack(CountsParameters, nn.Module):
         self.norm = norm
 
     @classmethod
+    def of(
+        cls,
+        config: TransformerConfig,
+        num_layers: int,
+        **layer_options: Any,
+    ) -> _Stack:
+        """``num_layers`` fresh layers of ``config``, ending in its final norm if it
+        has one (``layer_options``: an encoder layer's ``causal``, a decoder layer's
+        ``memory``)."""
+        if num_layers < 1:
+            raise ValueError(
+                f"{cls.__name__} needs at least one layer, got num_layers={num_layers}"
+            )
+        layers = [
+            cls.layer_type(config, **layer_options) for _ in range(num_layers)
+        ]
+        final = None
+        if config.has_final_norm:
+            final = build_norm(config.norm, config.layer, config.eps, bias=config.bias)
+        return cls(layers, final)
+
+    @classmethod
     def build(
         cls,
         num_layers: int = 6,
@@ -166,25 +196,16 @@ class _Stack(CountsParameters, nn.Module):
         hidden: int = 2048,
         *,
         final_norm: bool = False,
-        eps: float = 1e-5,
-        bias: bool = True,
-        **options,
+        **options: Any,
     ) -> _Stack:
-        """``num_layers`` fresh layers (``options`` go to each layer; ``bias=False``
-        and ``norm``, the norm kind, reach the final normalisation too)."""
-        norm: NormKind = options.pop("norm", "layer")
-        if num_layers < 1:
-            raise ValueError(
-                f"{cls.__name__} needs at least one layer, got num_layers={num_layers}"
-            )
-        layers = [
-            cls.layer_type(
-                layer, heads, hidden, eps=eps, bias=bias, norm=norm, **options
-            )
-            for _ in range(num_layers)
-        ]
-        final = build_norm(norm, layer, eps, bias=bias) if final_norm else None
-        return cls(layers, final)
+        """``num_layers`` fresh layers from the sizes and the configuration's options
+        by name (:meth:`of` with that configuration; ``causal`` and ``memory`` go to
+        the layers)."""
+        extra = {k: options.pop(k) for k in ("causal", "memory") if k in options}
+        config = TransformerConfig(
+            layer=layer, heads=heads, hidden=hidden, final_norm=final_norm, **options
+        )
+        return cls.of(config, num_layers, **extra)
 
 
 # --8<-- [start:Encoder]

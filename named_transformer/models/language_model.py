@@ -14,37 +14,32 @@ table $E$ (tied embeddings).
 
 GPT-2 is this model with learned positions, no $\sqrt{|\mathsf{layer}|}$ scale,
 pre-norm blocks with a final LayerNorm and the tanh GELU:
-``LanguageModel(vocab, TransformerConfig(norm_first=True, activation="gelu_tanh"),
-positions="learned", scale_embeddings=False)``.
+``LanguageModel(vocab, TransformerConfig(norm_first=True, activation="gelu_tanh",
+positions=Learned(1024)), scale_embeddings=False)``.
 
 Llama (and Qwen2, Mistral, SmolLM2) is this model with rotary positions inside every
 self-attention, nothing added to the embeddings and no scale, pre-norm blocks of
 RMSNorm and a gated SiLU feed-forward without biases, grouped key/value heads and a
 final RMSNorm: ``LanguageModel(vocab, TransformerConfig.llama(...),
-positions="rotary", scale_embeddings=False, tie_output=...)``.
+scale_embeddings=False, tie_output=...)`` (the Llama configuration's positions are
+``Rotary()``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-import named_transformer.models.alibi  # noqa: F401  (registers "alibi")
-import named_transformer.models.relative  # noqa: F401  (registers "relative")
-import named_transformer.models.rotary  # noqa: F401  (registers "rotary")
 from named_transformer.axes import checked
 from named_transformer.core.masks import causal_mask, sliding_window_mask
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.embedding import (
-    LearnedPositions,
-    NoPositions,
-    SinusoidalPositions,
-    TokenEmbedding,
-)
+from named_transformer.models.embedding import TokenEmbedding, embed_positions
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.generator import Generator
 from named_transformer.models.parameters import CountsParameters
-from named_transformer.models.variants import POSITION_SCHEMES, SchemeRequest
+from named_transformer.models.variants import PositionScheme, position_scheme
 
 __all__ = ["LanguageModel"]
 
@@ -53,13 +48,13 @@ __all__ = ["LanguageModel"]
 class LanguageModel(CountsParameters, nn.Module):
     r"""Token embeddings, ``config.decoder_layers`` causal blocks, a tied generator.
 
-    ``positions`` is ``"sinusoidal"`` (the paper), ``"learned"`` (GPT-2; then at most
-    ``max_positions`` tokens), or the name of a position scheme of the attention
-    (:data:`~named_transformer.models.variants.POSITION_SCHEMES`: ``"rotary"`` with
-    base ``config.rotary_base``, as Llama; ``"alibi"``; ``"relative"`` with clipping
-    distance ``max_distance``): every block's self-attention is then that scheme's
-    module and only dropout is applied to the embeddings
-    (:class:`~named_transformer.models.embedding.NoPositions`).
+    The positions are the configuration's (``config.positions``): the paper's
+    sinusoidal table, a learned one (GPT-2), or a scheme of every block's
+    self-attention (``Rotary`` as Llama, ``ALiBi``, ``Relative``), with only dropout
+    applied to the embeddings. ``positions``, ``max_positions`` and ``max_distance``
+    are a shorthand that sets them: ``positions="learned", max_positions=1024`` is
+    ``config.positions = Learned(1024)``. ``max_positions`` is the context the model
+    is meant for (:attr:`max_positions`; a learned table's rows).
     ``scale_embeddings=False`` drops the $\sqrt{|\mathsf{layer}|}$ factor (GPT-2,
     Llama). ``tie_output=False`` gives the output
     its own table, with a bias unless ``output_bias=False`` (GPT-2's untied head has
@@ -71,54 +66,32 @@ class LanguageModel(CountsParameters, nn.Module):
         vocab: int,
         config: TransformerConfig | None = None,
         *,
-        positions: str = "sinusoidal",
-        max_positions: int = 1024,
+        positions: PositionScheme | str | None = None,
+        max_positions: int | None = None,
         tie_output: bool = True,
         output_bias: bool | None = None,
         scale_embeddings: bool = True,
         max_distance: int | None = None,
     ) -> None:
         super().__init__()
-        self.config = c = TransformerConfig.base() if config is None else config
-        self.max_positions = max_positions
+        c = TransformerConfig.base() if config is None else config
+        if positions is not None or max_positions or max_distance is not None:
+            scheme = position_scheme(
+                c.positions if positions is None else positions,
+                max_positions=max_positions, max_distance=max_distance,
+            )  # fmt: skip
+            c = replace(c, positions=scheme)
+        self.config = c
+        # the context: a learned table's rows, else the length the model is meant
+        # for (Hugging Face's max_position_embeddings), 1024 unless given
+        context = max_positions or 1024
+        self.max_positions = getattr(c.positions, "max_positions", context)
         self.embedding = TokenEmbedding(vocab, c.layer, scale=scale_embeddings)
-        if positions == "sinusoidal":
-            self.positions = SinusoidalPositions(c.layer, dropout=c.dropout)
-        elif positions == "learned":
-            self.positions = LearnedPositions(max_positions, c.layer, dropout=c.dropout)
-        elif positions in POSITION_SCHEMES:
-            self.positions = NoPositions(c.dropout)
-        else:
-            raise ValueError(
-                "positions must be 'sinusoidal', 'learned' or one of "
-                f"{sorted(POSITION_SCHEMES)}, got {positions!r}"
-            )
-        self.blocks = Encoder.build(
-            c.decoder_layers, c.layer, c.heads, c.hidden,
-            final_norm=c.has_final_norm, **c.layer_options(),
-        )  # fmt: skip
-        if positions in POSITION_SCHEMES:
-            self._use_scheme(positions, max_distance)
+        self.positions = embed_positions(c.positions, c.layer, c.dropout)
+        self.blocks = Encoder.of(c, c.decoder_layers, causal=True)
         table = self.embedding.table if tie_output else None
         bias = not tie_output if output_bias is None else output_bias
         self.generator = Generator(c.layer, vocab, table=table, bias=bias)
-
-    def _use_scheme(self, name: str, max_distance: int | None) -> None:
-        """Every block's self-attention built by the scheme ``name``, with the
-        config's options (the model kinds do the same from a spec)."""
-        c = self.config
-        if name == "relative" and max_distance is None:
-            raise ValueError("positions='relative' needs max_distance (k)")
-        options = {
-            "dropout": c.dropout, "fused": c.fused_attention, "kv_heads": c.kv_heads,
-            "bias": c.bias, "qkv_bias": c.qkv_bias, "block": c.attention_block,
-        }  # fmt: skip
-        request = SchemeRequest(
-            c.layer, c.heads, options=options, causal=True,
-            max_distance=max_distance, rotary_base=c.rotary_base,
-        )  # fmt: skip
-        for block in self.blocks.layers:
-            block.self_attention = POSITION_SCHEMES[name](request)
 
     @checked
     def forward(

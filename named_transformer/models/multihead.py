@@ -44,8 +44,7 @@ each shared by a group of query heads: grouped-query attention
 (:func:`place`), then :func:`attend_projected` (the scheme's score term, the mask,
 the core, the scheme's value term, $W^O$). The variants are parts plugged into it
 (:mod:`~named_transformer.models.variants`); the weights travel as one
-:class:`~named_transformer.models.attention_weights.AttentionWeights`. 0.4.0's
-functional forms keep their names and arguments (:func:`run_legacy`).
+:class:`~named_transformer.models.attention_weights.AttentionWeights`.
 
 Masks are boolean, True = may attend. **`torch.nn.MultiheadAttention` reads a boolean
 mask the other way round**: pass ``~attn_mask`` (and ``~key_padding_mask``) here.
@@ -55,7 +54,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -85,13 +83,13 @@ from named_transformer.models.grouped import (
     _share_over_group,
     _split_groups,
 )
-from named_transformer.models.legacy import keeps_signature
 from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.variants import (
-    NO_POSITIONS,
+    NO_SCHEME,
     PLAIN,
     AttentionVariant,
     Positions,
+    PositionScheme,
     check_variant,
 )
 
@@ -99,18 +97,12 @@ __all__ = [
     "AttentionWeights",
     "Heads",
     "MultiHeadAttention",
-    "attend_grouped_heads",
-    "attend_heads",
-    "grouped_query_attention",
     "attend_projected",
     "merge_heads",
     "multihead",
-    "multihead_attention",
-    "multihead_self_attention",
     "place",
     "project_heads",
     "project_qkv",
-    "run_legacy",
     "stack_qkv",
     "stacked_projection",
 ]
@@ -502,69 +494,6 @@ def multihead(
 # --8<-- [end:multihead]
 
 
-@checked
-def run_legacy(
-    arguments: Mapping[str, Any], positions: Positions = NO_POSITIONS
-) -> tuple[
-    Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"] | None
-]:
-    """A 0.4.0 functional attention's bound arguments, run by the pipeline."""
-    if arguments.get("fused"):
-        core = FUSED
-    elif arguments.get("block") is not None:
-        core = Blockwise(arguments["block"])
-    else:
-        core = MATERIALISE
-    offset = arguments.get("offset", 0)
-    if "queries" in arguments:  # already projected
-        heads = Heads(arguments["queries"], arguments["keys"], arguments["values"])
-    else:
-        heads = project_qkv(
-            arguments["inputs"], arguments["memory"],
-            AttentionWeights.of(arguments), values_from=arguments.get("values_from"),
-        )  # fmt: skip
-        heads = place(heads, positions, offset)
-    return attend_projected(
-        heads, arguments["w_o"], arguments.get("b_o"), arguments.get("mask"),
-        variant=AttentionVariant(positions, core),
-        score_bias=arguments.get("score_bias"), offset=offset,
-        dropout=arguments["dropout"] if arguments["training"] else 0.0,
-    )  # fmt: skip
-
-
-# --8<-- [start:legacy]
-_WEIGHTS = "w_q, w_k, w_v, w_o, mask=None, b_q=None, b_k=None, b_v=None, b_o=None"
-_OPTIONS = "dropout=0.0, training=False, fused=False"
-multihead_attention = keeps_signature(
-    "multihead_attention",
-    f"inputs, memory, {_WEIGHTS}, {_OPTIONS}, *, values_from=None, "
-    "score_bias=None, block=None",
-    run_legacy,
-)
-grouped_query_attention = keeps_signature(
-    "grouped_query_attention",
-    f"inputs, memory, {_WEIGHTS}, {_OPTIONS}, *, values_from=None, score_bias=None",
-    run_legacy,
-)
-multihead_self_attention = keeps_signature(
-    "multihead_self_attention",
-    f"inputs, {_WEIGHTS}, {_OPTIONS}, *, score_bias=None, block=None",
-    lambda arguments: run_legacy({**arguments, "memory": arguments["inputs"]}),
-)
-attend_heads = keeps_signature(
-    "attend_heads",
-    f"queries, keys, values, w_o, b_o=None, mask=None, {_OPTIONS}, *, "
-    "score_bias=None, block=None",
-    run_legacy,
-)
-attend_grouped_heads = keeps_signature(
-    "attend_grouped_heads",
-    f"queries, keys, values, w_o, b_o=None, mask=None, {_OPTIONS}, *, score_bias=None",
-    run_legacy,
-)
-# --8<-- [end:legacy]
-
-
 def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
     """Glorot/Xavier uniform on the flattened (fan_out × fan_in) matrix, as PyTorch's
     MHA."""
@@ -636,11 +565,15 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             sequences, blockwise for long ones.
         materialise: always the named equations with the weights materialised, the
             path the pages explain (what ``need_weights=True`` runs).
+        positions: the position scheme
+            (:class:`~named_transformer.models.variants.PositionScheme`):
+            ``Rotary(base)``, ``ALiBi(symmetric)``, ``Relative(max_distance)``; its
+            part is :attr:`positions`. Default: none (the embeddings carry them).
 
-    The module holds the parameters and picks the parts: :meth:`position_scheme`
-    (none here; the rotary, ALiBi and relative subclasses return theirs) and the core
+    The module holds the parameters and the parts: :attr:`positions` and the core
     (from ``fused``, ``block`` and ``materialise``); :meth:`forward` runs the one
-    pipeline. A new position scheme is a subclass that returns its part.
+    pipeline. A pair the pipeline cannot run (relative positions, which need the
+    weights, on the fused or blockwise core) is refused in one line.
     """
 
     def __init__(
@@ -660,6 +593,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         block: int | None = None,
         qkv_bias: bool | None = None,
         materialise: bool = False,
+        positions: PositionScheme = NO_SCHEME,
     ) -> None:
         super().__init__()
         if layer <= 0 or heads <= 0:
@@ -720,11 +654,34 @@ class MultiHeadAttention(CountsParameters, nn.Module):
             self.b_o = nn.Parameter(torch.zeros(layer))
         else:
             self.register_parameter("b_o", None)
+        # the scheme's part, sized by this attention (a module where it has
+        # parameters, registered after W and b, where saved optimizer states expect)
+        self.positions = positions.part(self)
+        check_variant(self.variant())  # relative + fused or blockwise: refused here
+
+    @classmethod
+    def of(cls, config: Any, *, causal: bool, **options: Any) -> MultiHeadAttention:
+        """The self-attention of a stack built from ``config`` (a
+        :class:`~named_transformer.models.config.TransformerConfig`) that attends
+        causally (a decoder) or both ways (an encoder): every attention option of the
+        configuration, its positions among them, reaches it; ``options`` add others
+        (``memory``) or override (a cross-attention: ``positions``, ``kv_heads``)."""
+        options = {**config.attention_options(causal), **options}
+        return cls(config.layer, config.heads, **options)
 
     def position_scheme(self) -> Positions:
-        """The position part this attention plugs in: none here; the rotary, ALiBi
-        and relative modules return theirs."""
-        return NO_POSITIONS
+        """The position part this attention plugs in (:attr:`positions`)."""
+        return self.positions
+
+    #: weights saved under older names (before 0.9 the relative tables were the
+    #: attention's own parameters) -> their names now
+    RENAMED = {"a_k": "positions.a_k", "a_v": "positions.a_v"}
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        for old, new in self.RENAMED.items():
+            if prefix + old in state_dict and prefix + new not in state_dict:
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def named_weights(self) -> AttentionWeights:
         """$W^Q, W^K, W^V, W^O$ and the biases, as one container."""

@@ -26,7 +26,9 @@ $Q \ndot{key} R^K$ and $\alpha \ndot{seq} R^V$. Query and key lengths may differ
 a cache of $c$ earlier positions, the queries start at ``offset`` $= c$.
 
 In the multi-head pipeline these are the score term and the value term of one part,
-:class:`Relative`; since the value term reads the weights $\alpha$, relative
+:class:`RelativeTables`, owned by the attention (``MultiHeadAttention(layer,
+heads, positions=Relative(k))``); since the value term reads the weights $\alpha$,
+relative
 positions run on the materialising core only (fused and blockwise are refused in one
 line). Grouped key/value heads work: the terms follow the query heads.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -46,20 +49,17 @@ from named_transformer.core.attention import attend
 from named_transformer.core.positions import relative_position_index
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
-from named_transformer.models.legacy import keeps_signature
-from named_transformer.models.multihead import MultiHeadAttention, run_legacy
 from named_transformer.models.variants import (
     Positions,
-    check_variant,
-    register_positions,
+    PositionScheme,
+    register_scheme,
 )
 
 __all__ = [
     "Relative",
-    "RelativeMultiHeadAttention",
+    "RelativeTables",
     "relative_attend",
     "relative_attention_weights",
-    "relative_multihead_attention",
 ]
 
 
@@ -121,23 +121,33 @@ def relative_attend(
 
 
 # --8<-- [start:Relative]
-@dataclass(frozen=True)
-class Relative(Positions):
-    r"""Relative positions as a part of the pipeline: the score term
+class RelativeTables(Positions, nn.Module):
+    r"""Relative positions' part of one attention: the tables
+    $a^K \in \mathbb R^{(2k+1) \times \mathsf{key}}$,
+    $a^V \in \mathbb R^{(2k+1) \times \mathsf{val}}$, giving the score term
     $T = (Q \ndot{key} R^K)/\sqrt{|\mathsf{key}|}$ and the value term
     $U(A) = A \ndot{seq} R^V$, with $R = a_{\text{index}}$ looked up by clipped
     distance. The value term needs the weights $A$: only the materialising core
     runs it."""
 
-    a_k: Tensor  # distance key
-    a_v: Tensor  # distance val
     name = "relative"
     uses_weights = True
+    takes_tensor_offset = False  # the tables are indexed by Python numbers
+
+    def __init__(self, max_distance: int, key: int, val: int) -> None:
+        super().__init__()
+        if max_distance < 0:
+            raise ValueError(
+                f"max_distance (clipping distance k) must be >= 0, got {max_distance}"
+            )
+        self.max_distance = max_distance
+        distance = 2 * max_distance + 1
+        self.a_k = nn.Parameter(torch.randn(distance, key) / math.sqrt(key))
+        self.a_v = nn.Parameter(torch.randn(distance, val) / math.sqrt(val))
 
     def _index(self, seq_q: int, seq: int, offset: int | Tensor) -> Tensor:
-        k = (self.a_k.shape[0] - 1) // 2
         return relative_position_index(
-            seq_q, seq, k, offset=offset, device=self.a_k.device
+            seq_q, seq, self.max_distance, offset=offset, device=self.a_k.device
         )
 
     def score_term(self, queries: Tensor, seq: int, offset: int | Tensor) -> Tensor:
@@ -148,52 +158,25 @@ class Relative(Positions):
         return _value_term(weights, self.a_v, self._index(*weights.shape[-2:], offset))
 
 
-# --8<-- [end:Relative]
+@register_scheme
+@dataclass(frozen=True)
+class Relative(PositionScheme):
+    r"""Shaw et al.'s relative positions: every self-attention learns its own tables
+    (:class:`RelativeTables`) of ``max_distance`` $= k$ distances each way; nothing
+    is added to the embeddings."""
 
-relative_multihead_attention = keeps_signature(
-    "relative_multihead_attention",
-    "inputs, memory, w_q, w_k, w_v, w_o, a_k, a_v, mask=None, b_q=None, b_k=None, "
-    "b_v=None, b_o=None, offset=0, dropout=0.0, training=False",
-    lambda arguments: run_legacy(
-        arguments, Relative(arguments["a_k"], arguments["a_v"])
-    ),
-)
+    max_distance: int = 8
+    kind: ClassVar[str] = "relative"
 
-
-# --8<-- [start:RelativeMultiHeadAttention]
-class RelativeMultiHeadAttention(MultiHeadAttention):
-    r""":class:`MultiHeadAttention` plus
-    $a^K \in \mathbb R^{(2k+1) \times \mathsf{key}}$,
-    $a^V \in \mathbb R^{(2k+1) \times \mathsf{val}}$.
-
-    ``max_distance`` is the clipping distance $k$; the other arguments are those of
-    :class:`MultiHeadAttention`.
-    """
-
-    def __init__(self, layer: int, heads: int, max_distance: int, **options) -> None:
-        super().__init__(layer, heads, **options)
-        if max_distance < 0:
+    def __post_init__(self) -> None:
+        if self.max_distance < 0:
             raise ValueError(
-                f"max_distance (clipping distance k) must be >= 0, got {max_distance}"
+                "max_distance (clipping distance k) must be >= 0, "
+                f"got {self.max_distance}"
             )
-        self.max_distance = max_distance
-        distance = 2 * max_distance + 1
-        self.a_k = nn.Parameter(torch.randn(distance, self.key) / math.sqrt(self.key))
-        self.a_v = nn.Parameter(torch.randn(distance, self.val) / math.sqrt(self.val))
-        check_variant(self.variant())  # relative + fused or blockwise: refused here
 
-    def position_scheme(self) -> Relative:
-        return Relative(self.a_k, self.a_v)
+    def part(self, attention: Any) -> RelativeTables:
+        return RelativeTables(self.max_distance, attention.key, attention.val)
 
 
-register_positions(
-    "relative",
-    lambda request: RelativeMultiHeadAttention(
-        request.layer,
-        request.heads,
-        request.max_distance,
-        dropout=request.options["dropout"],
-        kv_heads=request.options["kv_heads"],
-    ),  # fmt: skip
-)
-# --8<-- [end:RelativeMultiHeadAttention]
+# --8<-- [end:Relative]

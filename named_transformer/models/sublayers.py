@@ -28,7 +28,7 @@ blocks are pre-norm with both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Float
@@ -283,6 +283,15 @@ class Residual(nn.Module):
         super().__init__()
         self.norm = build_norm(norm, layer, eps, bias=bias)
         self.dropout, self.norm_first = dropout, norm_first
+
+    @classmethod
+    def of(cls, config: Any) -> Residual:
+        """The residual sublayer of a layer built from ``config`` (a
+        :class:`~named_transformer.models.config.TransformerConfig`)."""
+        return cls(
+            config.layer, dropout=config.dropout, norm_first=config.norm_first,
+            eps=config.eps, bias=config.bias, norm=config.norm,
+        )  # fmt: skip
 
     @checked
     def forward(

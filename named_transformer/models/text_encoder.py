@@ -20,6 +20,8 @@ only.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from einops import rearrange
 from jaxtyping import Bool, Float, Int
@@ -29,7 +31,7 @@ from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.embedding import LearnedPositions, TokenEmbedding
+from named_transformer.models.embedding import Learned, TokenEmbedding, embed_positions
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.generator import Generator
 from named_transformer.models.parameters import CountsParameters
@@ -126,7 +128,10 @@ class TextEncoder(CountsParameters, nn.Module):
         vocab: the vocabulary size $|\mathsf{vocab}|$.
         config: sizes and choices of the layers; default BERT-base's (12 layers, 768
             wide, 12 heads, hidden 3072, GELU, post-norm, $\epsilon = 10^{-12}$).
-        max_positions: rows of the learned position table (BERT: 512).
+        max_positions: rows of the learned position table (BERT: 512), unless
+            ``config.positions`` is a :class:`~named_transformer.models.embedding.\
+Learned` table of its own; BERT's positions are learned: a configuration naming any
+            other scheme is refused.
         types: rows of the token-type table (BERT: 2 segments; 0 for none).
         padding: the padding token's id, whose row gets no gradient (BERT: 0).
         pooler: add :class:`Pooler` (``model.pool``).
@@ -150,15 +155,20 @@ class TextEncoder(CountsParameters, nn.Module):
                 encoder_layers=12, layer=768, heads=12, hidden=3072,
                 activation="gelu", eps=1e-12,
             )  # fmt: skip
+        if config.positions.kind not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"TextEncoder is BERT, whose positions are a learned table: "
+                f"{config.positions.kind} positions are not built here"
+            )
+        if config.positions.kind == "sinusoidal":  # the configuration's default
+            config = replace(config, positions=Learned(max_positions))
         self.config = c = config
         self.embedding = TokenEmbedding(vocab, c.layer, scale=False, padding=padding)
         self.types = TokenEmbedding(types, c.layer, scale=False) if types else None
-        self.positions = LearnedPositions(max_positions, c.layer, dropout=0.0)
+        # dropout follows the norm below, not the sum
+        self.positions = embed_positions(c.positions, c.layer, 0.0)
         self.embedding_norm = LayerNorm(c.layer, c.eps)
-        self.blocks = Encoder.build(
-            c.encoder_layers, c.layer, c.heads, c.hidden,
-            final_norm=c.has_final_norm, **c.layer_options(),
-        )  # fmt: skip
+        self.blocks = Encoder.of(c, c.encoder_layers)
         self.pooler = Pooler(c.layer) if pooler else None
         self.head = None
         if head:

@@ -22,7 +22,7 @@ from named_transformer.axes import checked
 from named_transformer.core.masks import causal_mask, sliding_window_mask
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import Decoder
-from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
+from named_transformer.models.embedding import TokenEmbedding, embed_positions
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.generator import Generator
 from named_transformer.models.parameters import CountsParameters
@@ -55,13 +55,7 @@ class TransformerStacks(CountsParameters, nn.Module):
     def build(cls, config: TransformerConfig | None = None) -> TransformerStacks:
         """Fresh stacks of the given configuration (default: the paper's base model)."""
         c = TransformerConfig.base() if config is None else config
-        sizes = (c.layer, c.heads, c.hidden)
-        norm = {"final_norm": c.has_final_norm}
-        options = c.layer_options()
-        return cls(
-            Encoder.build(c.encoder_layers, *sizes, **norm, **options),
-            Decoder.build(c.decoder_layers, *sizes, **norm, **options),
-        )
+        return cls(Encoder.of(c, c.encoder_layers), Decoder.of(c, c.decoder_layers))
 
     @checked
     def forward(
@@ -114,7 +108,7 @@ class Transformer(CountsParameters, nn.Module):
         self.config = c = TransformerConfig.base() if config is None else config
         self.source_embedding = TokenEmbedding(source_vocab, c.layer)
         self.target_embedding = TokenEmbedding(target_vocab, c.layer)
-        self.positions = SinusoidalPositions(c.layer, dropout=c.dropout)
+        self.positions = embed_positions(c.positions, c.layer, c.dropout)
         self.stacks = TransformerStacks.build(c)
         table = self.target_embedding.table if tie_output else None
         self.generator = Generator(

@@ -12,42 +12,49 @@ Every multi-head attention of the library is one pipeline
 | values | $+\,U(A)$ | value term $U$ |
 | merge | $W^O \ndot{heads, val} Y$ | |
 
-A **position scheme** is one small :class:`Positions` part that fills in the steps it
-needs and leaves the others as they are: rotary positions transform the queries and
-keys (:class:`~named_transformer.models.rotary.Rotary`), ALiBi adds a per-head score
-term $T$ (:class:`~named_transformer.models.alibi.ALiBi`), Shaw et al.'s relative
-positions add a score term and a value term
-(:class:`~named_transformer.models.relative.Relative`). The **core** computes the
+A **position scheme** is what a model's configuration names
+(:class:`PositionScheme`: a kind and its parameters, such as
+``Rotary(base=500000.0)``); for every self-attention it makes one small
+:class:`Positions` part that fills in the steps it needs and leaves the others as
+they are. Rotary positions transform the queries and keys
+(:class:`~named_transformer.models.rotary.Rotary`), ALiBi adds a per-head score term
+$T$ (:class:`~named_transformer.models.alibi.ALiBi`), Shaw et al.'s relative
+positions add a score term and a value term through tables of their own
+(:class:`~named_transformer.models.relative.Relative`). The attention owns its part:
+``MultiHeadAttention(layer, heads, positions=Rotary())``. The **core** computes the
 attention itself: materialising the weights, blockwise with an online softmax, or by
 PyTorch's fused kernel, or chosen for each call by its sizes
-(:mod:`~named_transformer.models.cores`). A scheme whose value term needs the
-weights $A$ runs only on a core that materialises them (the materialising core, or
-the automatic one, which then materialises); every other pair works, and the one
-that does not is refused in one line (:func:`check_variant`).
+(:mod:`~named_transformer.models.cores`). A part whose value term needs the weights
+$A$ runs only on a core that materialises them (the materialising core, or the
+automatic one, which then materialises); every other pair works, and the one that
+does not is refused in one line (:func:`check_variant`).
 
-A new scheme is one :class:`Positions` subclass and one line that registers the
-attention module carrying it under a name (:func:`register_positions`): the model
-kinds build it from that name (``--positions``).
+A new scheme is one :class:`PositionScheme` subclass (with its part) in one file,
+registered under its kind (:func:`register_scheme`): the configuration, the model
+kinds, the checkpoints and ``--positions`` then know it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, NamedTuple
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from named_transformer.models.cores import MATERIALISE, Core
 
 __all__ = [
     "NO_POSITIONS",
+    "NO_SCHEME",
     "PLAIN",
-    "POSITION_SCHEMES",
+    "SCHEMES",
     "AttentionVariant",
+    "PositionScheme",
     "Positions",
-    "SchemeRequest",
     "check_variant",
-    "register_positions",
+    "position_scheme",
+    "register_scheme",
 ]
 
 
@@ -66,6 +73,8 @@ class Positions:
     #: True when :meth:`value_term` adds to the values through the weights $A$: only
     #: a core that materialises $A$ can run it.
     uses_weights = False
+    #: True when the offset may be a tensor (a compiled decoding step passes one)
+    takes_tensor_offset = True
 
     def rotate(self, heads: Tensor, offset: int | Tensor) -> Tensor:
         r"""$R_{\text{offset}}(X)$: queries or keys, the first at ``offset``
@@ -121,28 +130,80 @@ def check_variant(variant: AttentionVariant) -> AttentionVariant:
 # --8<-- [end:AttentionVariant]
 
 
-# --8<-- [start:register_positions]
-class SchemeRequest(NamedTuple):
-    """What a model kind knows when it builds one self-attention of a scheme."""
+# --8<-- [start:PositionScheme]
+@dataclass(frozen=True)
+class PositionScheme:
+    r"""A model's positions as its configuration holds them: a kind and its
+    parameters (:attr:`TransformerConfig.positions
+    <named_transformer.models.config.TransformerConfig.positions>`).
 
-    layer: int
-    heads: int
-    #: :class:`~named_transformer.models.multihead.MultiHeadAttention`'s keyword
-    #: options (dropout, fused, kv_heads, block)
-    options: dict[str, Any]
-    causal: bool  # a decoder's self-attention; False: an encoder's, both ways
-    max_distance: int | None = None  # relative positions' clipping distance k
-    rotary_base: float = 10000.0  # rotary positions' base theta
+    A scheme adds positions to the embeddings (:meth:`embedding`: sinusoidal,
+    learned), or plugs one :class:`Positions` part into every self-attention
+    (:meth:`part`: rotary, ALiBi, relative). This base scheme, ``"none"``, does
+    neither: the model sees no positions at all.
+    """
+
+    kind: ClassVar[str] = "none"
+
+    def embedding(self, layer: int, dropout: float) -> nn.Module | None:
+        """The module that adds positions to the embeddings; None adds nothing."""
+        del layer, dropout
+        return None
+
+    def part(self, attention: Any) -> Positions:
+        """The part one self-attention plugs in, sized by ``attention`` (its
+        ``heads``, ``key`` and ``val``); a fresh module where it has parameters."""
+        del attention
+        return NO_POSITIONS
+
+    def within(self, causal: bool) -> PositionScheme:
+        """The scheme for a stack that attends causally (a decoder) or both ways
+        (an encoder); most schemes are the same in both."""
+        del causal
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-friendly form a checkpoint stores: ``{"kind": ..., **params}``."""
+        params = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {"kind": self.kind, **params}
 
 
-#: name -> builds the self-attention module of that scheme from a
-#: :class:`SchemeRequest` (the model kinds' ``positions``)
-POSITION_SCHEMES: dict[str, Callable[[SchemeRequest], Any]] = {}
+#: kind -> scheme class: the values ``positions`` may name (``--positions``)
+SCHEMES: dict[str, type[PositionScheme]] = {}
 
 
-def register_positions(name: str, build: Callable[[SchemeRequest], Any]) -> None:
-    """Make ``--positions NAME`` build its self-attention modules with ``build``."""
-    POSITION_SCHEMES[name] = build
+def register_scheme(scheme: type[PositionScheme]) -> type[PositionScheme]:
+    """Make ``positions=KIND`` (config, CLI, checkpoints) mean ``scheme``."""
+    SCHEMES[scheme.kind] = scheme
+    return scheme
 
 
-# --8<-- [end:register_positions]
+register_scheme(PositionScheme)
+#: no positions at all (an attention's default: the embeddings carry them)
+NO_SCHEME = PositionScheme()
+
+
+def position_scheme(
+    value: PositionScheme | str | Mapping[str, Any], **params: Any
+) -> PositionScheme:
+    """The scheme ``value`` names: a scheme as it is, a kind (with ``params`` that
+    the scheme has; the others are ignored), or a stored ``{"kind": ..., ...}``."""
+    if isinstance(value, PositionScheme):
+        return value
+    if isinstance(value, Mapping):
+        params, value = dict(value), value.get("kind")
+        params.pop("kind", None)
+        stored = True
+    else:
+        stored = False
+    if value not in SCHEMES:
+        raise ValueError(f"positions must be one of {sorted(SCHEMES)}, got {value!r}")
+    scheme = SCHEMES[value]
+    names = {f.name for f in fields(scheme)}
+    unknown = sorted(set(params) - names)
+    if stored and unknown:
+        raise ValueError(f"{value} positions take no {unknown[0]!r}")
+    return scheme(**{k: v for k, v in params.items() if k in names and v is not None})
+
+
+# --8<-- [end:PositionScheme]

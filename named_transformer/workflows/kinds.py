@@ -13,18 +13,13 @@ with the :func:`register` decorator.
 * ``bag-of-words``: the sentiment baseline
   :class:`~named_transformer.workflows.sentiment.BagOfWords`.
 
-The Transformer kinds take ``spec["positions"]``: ``sinusoidal`` (the paper),
-``learned`` (a table of ``max_positions`` rows), or the name of a position scheme of
-the attention registered in
-:data:`~named_transformer.models.variants.POSITION_SCHEMES`: ``relative`` (Shaw et
-al.: :class:`~named_transformer.models.relative.RelativeMultiHeadAttention` with
-clipping distance ``max_distance``), ``rotary`` (RoPE:
-:class:`~named_transformer.models.rotary.RotaryMultiHeadAttention`, base
-``config.rotary_base``) or ``alibi``
-(:class:`~named_transformer.models.alibi.ALiBiMultiHeadAttention`, causal in decoders,
-symmetric in encoders). With a scheme, every self-attention becomes that scheme's
-module and nothing is added to the embeddings. Cross-attention keeps no positions in
-every case: its queries and its keys (the encoder output) already carry their own.
+The Transformer kinds build from the spec's configuration,
+``spec["config"]`` (:meth:`~named_transformer.models.config.TransformerConfig.to_dict`),
+whose ``positions`` are added to the embeddings (sinusoidal, the paper; learned) or
+are a scheme of every self-attention (rotary, ALiBi: causal in decoders and symmetric
+in encoders; relative). Cross-attention keeps no positions in every case: its queries
+and its keys (the encoder output) already carry their own. A spec written before 0.9
+named the positions beside the configuration; :func:`config_of` reads both.
 """
 
 from __future__ import annotations
@@ -36,9 +31,6 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-import named_transformer.models.alibi  # noqa: F401  (registers "alibi")
-import named_transformer.models.relative  # noqa: F401  (registers "relative")
-import named_transformer.models.rotary  # noqa: F401  (registers "rotary")
 from named_transformer.decoding import (
     Decoded,
     IncrementalDecoder,
@@ -49,11 +41,10 @@ from named_transformer.decoding import (
 )
 from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.decoder import DecoderLayer
-from named_transformer.models.embedding import LearnedPositions, NoPositions
+from named_transformer.models.embedding import NoPositions
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.transformer import Transformer
-from named_transformer.models.variants import POSITION_SCHEMES, SchemeRequest
+from named_transformer.models.variants import position_scheme
 from named_transformer.workflows.batches import (
     collate,
     collate_classify,
@@ -72,6 +63,7 @@ __all__ = [
     "EncoderDecoderKind",
     "ModelKind",
     "NoPositions",
+    "config_of",
     "kind_of",
     "register",
 ]
@@ -99,40 +91,8 @@ class ModelKind:
         raise NotImplementedError
 
     def build(self, spec: dict[str, Any]) -> nn.Module:
-        """The model ``spec`` describes, with the positions it asks for."""
-        config = TransformerConfig(**spec["config"])
-        model = self.network(spec["vocab"], config)
-        if spec["positions"] == "learned":
-            model.positions = LearnedPositions(
-                spec["max_positions"], config.layer, dropout=config.dropout
-            )
-        elif spec["positions"] in POSITION_SCHEMES:  # a scheme of the attention
-            model.positions = NoPositions(config.dropout)
-            build = POSITION_SCHEMES[spec["positions"]]
-            for module in list(model.modules()):
-                if getattr(module, "self_attention", None) is None:
-                    continue
-                # keep the replaced module's key/value heads (grouped-query)
-                kv_heads = getattr(module.self_attention, "kv_heads", config.heads)
-                module.self_attention = build(
-                    SchemeRequest(
-                        config.layer, config.heads,
-                        options={
-                            "dropout": config.dropout,
-                            "fused": config.fused_attention,
-                            "kv_heads": kv_heads,
-                            # the config's biases (Llama: none; Qwen2: q, k, v)
-                            "bias": config.bias,
-                            "qkv_bias": config.qkv_bias,
-                        },
-                        # an encoder's layers attend both ways
-                        causal=isinstance(module, DecoderLayer)
-                        or isinstance(model, LanguageModel),
-                        max_distance=spec.get("max_distance"),
-                        rotary_base=config.rotary_base,
-                    )
-                )  # fmt: skip
-        return model
+        """The model ``spec`` describes: its configuration, positions included."""
+        return self.network(spec["vocab"], config_of(spec))
 
     def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
         """The padded batch of ``examples``."""
@@ -175,6 +135,21 @@ def register(kind: _Kind) -> _Kind:
     """Add a kind to :data:`MODEL_KINDS` under its ``name``."""
     MODEL_KINDS[kind.name] = kind()
     return kind
+
+
+def config_of(spec: dict[str, Any]) -> TransformerConfig:
+    """The configuration a spec describes. Before 0.9 a spec named its positions
+    beside the configuration (``positions``, ``max_distance``, ``max_positions``, and
+    the configuration's ``rotary_base``): read here into ``positions``."""
+    stored = dict(spec["config"])
+    if "positions" not in stored:
+        stored["positions"] = position_scheme(
+            spec.get("positions", "sinusoidal"),
+            max_distance=spec.get("max_distance"),
+            max_positions=spec.get("max_positions"),
+            base=stored.pop("rotary_base", None),
+        ).to_dict()
+    return TransformerConfig.from_dict(stored)
 
 
 def kind_of(name: str) -> ModelKind:
@@ -393,10 +368,7 @@ class ClassifierKind(_Classifying):
     name = "classifier"
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
-        return TransformerClassifier(
-            vocab, len(LABELS), num_layers=config.encoder_layers, layer=config.layer,
-            heads=config.heads, hidden=config.hidden, dropout=config.dropout,
-        )  # fmt: skip
+        return TransformerClassifier(vocab, len(LABELS), config)
 
     def attention_maps(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from torch import nn
 
 from named_transformer.axes import checked
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.variants import POSITION_SCHEMES
+from named_transformer.models.variants import SCHEMES, position_scheme
 from named_transformer.workflows.data import Example, Vocabulary
 from named_transformer.workflows.kinds import (
     MODEL_KINDS,
@@ -72,11 +72,11 @@ POSITIONS = ("sinusoidal", "learned", "relative", "rotary", "alibi")  # built in
 
 
 def position_choices() -> tuple[str, ...]:
-    """Every ``positions`` a spec may name: added to the embeddings, or a position
-    scheme of the attention registered in
-    :data:`~named_transformer.models.variants.POSITION_SCHEMES` (a scheme registered
-    later is a choice too)."""
-    return ("sinusoidal", "learned", *POSITION_SCHEMES)
+    """Every ``positions`` a spec may name: the built-in kinds, then any scheme
+    registered later in :data:`~named_transformer.models.variants.SCHEMES`
+    (``"none"``, no positions at all, cannot learn an ordered task: left out)."""
+    later = [kind for kind in SCHEMES if kind not in POSITIONS and kind != "none"]
+    return (*POSITIONS, *later)
 
 
 # --8<-- [start:RECIPES]
@@ -220,14 +220,16 @@ def make_spec(
             f"positions must be one of {position_choices()}, got {positions!r}"
         )
     s = SIZES[size]
+    scheme = position_scheme(
+        positions, max_distance=max_distance, max_positions=max_positions
+    )
     config = TransformerConfig(
         encoder_layers=s["layers"], decoder_layers=s["layers"], layer=s["layer"],
-        heads=s["heads"], hidden=s["hidden"], dropout=dropout,
+        heads=s["heads"], hidden=s["hidden"], dropout=dropout, positions=scheme,
     )  # fmt: skip
     return {
         "task": task, "kind": kind, "size": size, "vocab": vocab,
-        "positions": positions, "max_distance": max_distance,
-        "max_positions": max_positions, "config": asdict(config),
+        "config": config.to_dict(),
     }  # fmt: skip
 
 
