@@ -16,16 +16,16 @@ import named_transformer as nt
 from named_transformer.core.alibi import alibi_bias, alibi_slopes
 from named_transformer.decoding import IncrementalDecoder, greedy
 from named_transformer.decoding.compiled import CompiledDecoder
-from named_transformer.models.alibi import (
-    ALiBiMultiHeadAttention,
-    alibi_attend_heads,
-    alibi_multihead_attention,
-)
+from named_transformer.models.alibi import ALiBi, LinearBiases
 from named_transformer.models.multihead import (
+    Heads,
     MultiHeadAttention,
+    attend_projected,
     merge_heads,
+    multihead,
     project_heads,
 )
+from named_transformer.models.variants import AttentionVariant
 from named_transformer.workflows.runner import build_model, make_spec
 from tests.test_decoding import VOCAB, model_for
 
@@ -111,8 +111,10 @@ def test_attention_with_the_bias_equals_an_explicit_loop():
     torch.testing.assert_close(fused, expected, atol=1e-12, rtol=0)
 
 
-def model(**options):
-    m = ALiBiMultiHeadAttention(LAYER, HEADS, **options).double()
+def model(symmetric=False, **options):
+    m = MultiHeadAttention(
+        LAYER, HEADS, positions=ALiBi(symmetric), **options
+    ).double()
     with torch.no_grad():
         for b in (m.b_q, m.b_k, m.b_v, m.b_o):
             b.normal_()
@@ -124,7 +126,10 @@ def explicit(m, inputs, memory, offset=0, mask=None):
     k = einsum(memory, m.w_k, "b s l, h l k -> b h s k") + m.b_k[:, None]
     v = einsum(memory, m.w_v, "b s l, h l k -> b h s k") + m.b_v[:, None]
     scores = q @ k.transpose(-1, -2) / math.sqrt(m.key)
-    bias = loop_bias(m.slopes, inputs.shape[1], memory.shape[1], offset, m.symmetric)
+    part = m.positions
+    bias = loop_bias(
+        part.slopes, inputs.shape[1], memory.shape[1], offset, part.symmetric
+    )
     scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, -torch.inf)
@@ -176,7 +181,7 @@ def test_a_score_bias_adds_to_the_linear_bias_and_the_last_row_is_a_cached_step(
     mask = nt.causal_mask(SEQ)
     got = m(inputs, mask=mask, score_bias=extra)
     # the extra bias is shared by the heads, the linear bias is per head
-    heads_extra = extra[:, None] + loop_bias(m.slopes, SEQ, SEQ)
+    heads_extra = extra[:, None] + loop_bias(m.positions.slopes, SEQ, SEQ)
     q = project_heads(inputs, m.w_q, m.b_q)
     k = project_heads(inputs, m.w_k, m.b_k)
     v = project_heads(inputs, m.w_v, m.b_v)
@@ -189,11 +194,12 @@ def test_a_score_bias_adds_to_the_linear_bias_and_the_last_row_is_a_cached_step(
 
 
 def test_no_new_parameters_and_no_new_checkpoint_entries():
-    m = ALiBiMultiHeadAttention(LAYER, HEADS)
+    m = MultiHeadAttention(LAYER, HEADS, positions=ALiBi())
     plain = MultiHeadAttention(LAYER, HEADS)
     assert m.num_parameters() == plain.num_parameters()
     assert m.state_dict().keys() == plain.state_dict().keys()  # slopes: not stored
-    assert m.double().slopes.dtype == torch.float64  # but they follow the module
+    # but they follow the module
+    assert m.double().positions.slopes.dtype == torch.float64
 
 
 def test_wrong_sizes_name_the_argument():
@@ -201,10 +207,11 @@ def test_wrong_sizes_name_the_argument():
         alibi_bias(SEQ_Q, SEQ, torch.ones(HEADS, 1))
     q = torch.randn(B, HEADS, SEQ_Q, 5)
     k, v = torch.randn(B, HEADS, SEQ, 5), torch.randn(B, HEADS, SEQ, 7)
+    wrong = AttentionVariant(LinearBiases(HEADS + 1))
     with pytest.raises(TypeCheckError, match="parameter 'slopes'"):
-        alibi_attend_heads(q, k, v, torch.randn(HEADS, 7, 4), alibi_slopes(HEADS + 1))
+        attend_projected(Heads(q, k, v), torch.randn(HEADS, 7, 4), variant=wrong)
     with pytest.raises(TypeCheckError, match="w_q"):
-        ALiBiMultiHeadAttention(LAYER, HEADS)(torch.randn(B, SEQ, LAYER + 1))
+        model()(torch.randn(B, SEQ, LAYER + 1, dtype=torch.float64))
 
 
 def test_gradcheck():
@@ -216,9 +223,12 @@ def test_gradcheck():
     ]  # fmt: skip
     for a in args:
         a.requires_grad_(True)
-    slopes = alibi_slopes(2, dtype=d)
+    variant = AttentionVariant(LinearBiases(2).double())
     assert torch.autograd.gradcheck(
-        lambda *t: alibi_multihead_attention(*t[:6], slopes, offset=1)[0], args
+        lambda x, m, *w: multihead(
+            x, m, nt.AttentionWeights(*w), variant=variant, offset=1
+        )[0],
+        args,
     )
 
 
@@ -245,7 +255,7 @@ def model_with(kind: str, norm_first: bool, seed: int, **config):
 )
 def test_cached_decoding_equals_recomputing_the_prefix(kind, norm_first, config):
     model = model_with(kind, norm_first, 12, **config)
-    found = [m for m in model.modules() if isinstance(m, ALiBiMultiHeadAttention)]
+    found = [m for m in model.modules() if isinstance(m, LinearBiases)]
     # an encoder attends both ways, a decoder under the causal mask
     expected = [True] * 2 + [False] * 2 if kind == "encoder-decoder" else [False] * 2
     assert [m.symmetric for m in found] == expected
@@ -276,7 +286,7 @@ def test_cached_decoding_equals_recomputing_the_prefix(kind, norm_first, config)
 def test_a_model_with_alibi_compiles_with_fullgraph():
     model = model_for("encoder-decoder", "alibi", False, 2).float()
     for attention in model.modules():
-        if isinstance(attention, ALiBiMultiHeadAttention):
+        if isinstance(getattr(attention, "positions", None), LinearBiases):
             attention.fused = True  # the bias as SDPA's float attn_mask
     source, target = torch.randint(4, VOCAB, (2, 7)), torch.randint(4, VOCAB, (2, 5))
     with nt.shape_checks(False):

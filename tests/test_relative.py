@@ -8,13 +8,14 @@ import torch
 from jaxtyping import TypeCheckError
 
 import named_transformer as nt
-from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.multihead import MultiHeadAttention, multihead
 from named_transformer.models.relative import (
-    RelativeMultiHeadAttention,
+    Relative,
+    RelativeTables,
     relative_attend,
     relative_attention_weights,
-    relative_multihead_attention,
 )
+from named_transformer.models.variants import AttentionVariant
 
 B, SEQ_Q, SEQ, LAYER, HEADS, K = 2, 3, 6, 8, 2, 2  # key = 4, distance = 5
 
@@ -32,15 +33,15 @@ def shaw_loop(inputs, memory, m, offset=0, mask=None):
             for i in range(seq_q):
                 e = torch.empty(seq, dtype=inputs.dtype)
                 for j in range(seq):
-                    d = max(-m.max_distance, min(m.max_distance, j - (i + offset)))
-                    e[j] = q[i] @ (k[j] + m.a_k[d + m.max_distance]) / math.sqrt(m.key)
+                    d = max(-m.positions.max_distance, min(m.positions.max_distance, j - (i + offset)))
+                    e[j] = q[i] @ (k[j] + m.positions.a_k[d + m.positions.max_distance]) / math.sqrt(m.key)
                     if mask is not None and not mask[i, j]:
                         e[j] = -torch.inf
                 alpha = torch.softmax(e, 0)
                 z = sum(
-                    alpha[j] * (v[j] + m.a_v[
-                        max(-m.max_distance, min(m.max_distance, j - i - offset))
-                        + m.max_distance
+                    alpha[j] * (v[j] + m.positions.a_v[
+                        max(-m.positions.max_distance, min(m.positions.max_distance, j - i - offset))
+                        + m.positions.max_distance
                     ])
                     for j in range(seq)
                 )  # fmt: skip
@@ -49,7 +50,7 @@ def shaw_loop(inputs, memory, m, offset=0, mask=None):
 
 
 def model(**options):
-    m = RelativeMultiHeadAttention(LAYER, HEADS, K, **options).double()
+    m = MultiHeadAttention(LAYER, HEADS, positions=Relative(K), **options).double()
     with torch.no_grad():
         for b in (m.b_q, m.b_k, m.b_v, m.b_o):
             b.normal_()
@@ -93,21 +94,23 @@ def test_cached_step_equals_the_last_row_of_the_full_pass():
 
 
 def test_extra_parameters_are_two_tables():
-    m = RelativeMultiHeadAttention(LAYER, HEADS, K)
+    m = MultiHeadAttention(LAYER, HEADS, positions=Relative(K))
     plain = MultiHeadAttention(LAYER, HEADS)
     assert m.num_parameters() == plain.num_parameters() + 2 * (2 * K + 1) * (
         LAYER // HEADS
     )
-    assert m.a_k.shape == m.a_v.shape == (2 * K + 1, LAYER // HEADS)
+    assert m.positions.a_k.shape == m.positions.a_v.shape == (2 * K + 1, LAYER // HEADS)
 
 
 def test_zero_tables_give_plain_multihead_attention():
     m = model()
     with torch.no_grad():
-        m.a_k.zero_()
-        m.a_v.zero_()
+        m.positions.a_k.zero_()
+        m.positions.a_v.zero_()
     inputs = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
-    torch.testing.assert_close(m(inputs), MultiHeadAttention.forward(m, inputs))
+    plain = MultiHeadAttention(LAYER, HEADS).double()
+    plain.load_state_dict(m.state_dict(), strict=False)  # all but the tables
+    torch.testing.assert_close(m(inputs), plain(inputs))
 
 
 def test_gradcheck():
@@ -120,15 +123,22 @@ def test_gradcheck():
     ]  # fmt: skip
     for a in args:
         a.requires_grad_(True)
-    assert torch.autograd.gradcheck(
-        lambda *t: relative_multihead_attention(*t, offset=1)[0], args
-    )
+    def relative(x, m, w_q, w_k, w_v, w_o, a_k, a_v):
+        part = RelativeTables(1, 3, 3).double()
+        del part.a_k, part.a_v  # the tables as the checked inputs instead
+        part.a_k, part.a_v = a_k, a_v
+        weights = nt.AttentionWeights(w_q, w_k, w_v, w_o)
+        return multihead(x, m, weights, variant=AttentionVariant(part), offset=1)[0]
+
+    assert torch.autograd.gradcheck(relative, args)
 
 
 def test_bad_configuration_and_wrong_sizes():
     with pytest.raises(ValueError, match="max_distance"):
-        RelativeMultiHeadAttention(LAYER, HEADS, -1)
-    m = RelativeMultiHeadAttention(LAYER, HEADS, K)
+        Relative(-1)
+    with pytest.raises(ValueError, match="max_distance"):
+        RelativeTables(-1, 4, 4)
+    m = MultiHeadAttention(LAYER, HEADS, positions=Relative(K))
     with pytest.raises(TypeCheckError, match="w_q"):
         m(torch.randn(B, SEQ, LAYER + 1))
     q, k = torch.randn(B, SEQ_Q, 4), torch.randn(B, SEQ, 4)

@@ -17,10 +17,9 @@ import named_transformer as nt
 from named_transformer.core.rotary import rotary_angles, rotary_frequencies, rotate
 from named_transformer.decoding import IncrementalDecoder, greedy
 from named_transformer.decoding.compiled import CompiledDecoder
-from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.multihead import MultiHeadAttention, multihead
 from named_transformer.models.rotary import (
-    RotaryMultiHeadAttention,
-    rotary_multihead_attention,
+    Rotary,
     rotate_heads,
 )
 from named_transformer.workflows.runner import build_model, make_spec
@@ -141,10 +140,10 @@ def test_odd_key_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="must be even"):
         rotate(torch.randn(2, 4, 5), torch.randn(4, 2))
     with pytest.raises(ValueError, match="odd"):
-        RotaryMultiHeadAttention(6, 2)  # |key| = 3
+        MultiHeadAttention(6, 2, positions=Rotary())  # |key| = 3
     with pytest.raises(ValueError, match="base"):
-        RotaryMultiHeadAttention(8, 2, base=1.0)
-    RotaryMultiHeadAttention(6, 2, key=4)  # an explicit even key is fine
+        Rotary(base=1.0)
+    MultiHeadAttention(6, 2, key=4, positions=Rotary())  # an explicit even key
 
 
 def test_wrong_sizes_name_the_argument():
@@ -153,7 +152,7 @@ def test_wrong_sizes_name_the_argument():
         rotate(x, rotary_angles(SEQ + 1, KEY))  # one position too many
     with pytest.raises(TypeCheckError, match="parameter 'angles'"):
         rotate(x, rotary_angles(SEQ, KEY + 2))  # pairs != |key|/2
-    m = RotaryMultiHeadAttention(LAYER, HEADS)
+    m = MultiHeadAttention(LAYER, HEADS, positions=Rotary())
     with pytest.raises(TypeCheckError, match="w_q"):
         m(torch.randn(B, SEQ, LAYER + 1))
 
@@ -172,8 +171,8 @@ def explicit(m, inputs, memory, offset=0, mask=None):
     return einsum(heads, m.w_o, "b h s v, h v l -> b s l") + m.b_o
 
 
-def model(**options):
-    m = RotaryMultiHeadAttention(LAYER, HEADS, **options).double()
+def model(base=10000.0, **options):
+    m = MultiHeadAttention(LAYER, HEADS, positions=Rotary(base), **options).double()
     with torch.no_grad():
         for b in (m.b_q, m.b_k, m.b_v, m.b_o):
             b.normal_()
@@ -241,8 +240,12 @@ def test_gradcheck():
     ]  # fmt: skip
     for a in args:
         a.requires_grad_(True)
+    variant = nt.AttentionVariant(Rotary())
     assert torch.autograd.gradcheck(
-        lambda *t: rotary_multihead_attention(*t, offset=1)[0], args
+        lambda x, m, *w: multihead(
+            x, m, nt.AttentionWeights(*w), variant=variant, offset=1
+        )[0],
+        args,
     )
 
 
@@ -269,7 +272,9 @@ def model_with(kind: str, norm_first: bool, seed: int, **config):
 )
 def test_cached_decoding_equals_recomputing_the_prefix(kind, norm_first, config):
     model = model_with(kind, norm_first, 11, **config)
-    assert any(isinstance(m, RotaryMultiHeadAttention) for m in model.modules())
+    assert any(
+        isinstance(getattr(m, "positions", None), Rotary) for m in model.modules()
+    )
     generator = torch.Generator().manual_seed(0)
     start = torch.randint(4, VOCAB, (2, 3), generator=generator)
     source = torch.randint(4, VOCAB, (2, 7), generator=generator)

@@ -20,9 +20,9 @@ import named_transformer as nt
 from named_transformer.decoding import IncrementalDecoder
 from named_transformer.models.variants import (
     NO_POSITIONS,
-    POSITION_SCHEMES,
+    SCHEMES,
     AttentionVariant,
-    SchemeRequest,
+    PositionScheme,
     check_variant,
 )
 from named_transformer.workflows.runner import build_model, make_spec, position_choices
@@ -37,16 +37,11 @@ D = torch.float64
 def attention(positions: str, kv_heads: int, core: str) -> nt.MultiHeadAttention:
     """The module of one cell, in float64, with random biases."""
     options = {"kv_heads": kv_heads, "dropout": 0.0, **CORES[core]}
-    module = {
-        "none": lambda: nt.MultiHeadAttention(LAYER, HEADS, **options),
-        "rotary": lambda: nt.RotaryMultiHeadAttention(
-            LAYER, HEADS, base=BASE, **options
-        ),
-        "alibi": lambda: nt.ALiBiMultiHeadAttention(LAYER, HEADS, **options),
-        "relative": lambda: nt.RelativeMultiHeadAttention(
-            LAYER, HEADS, DISTANCE, **options
-        ),
-    }[positions]().to(D)
+    scheme = {
+        "none": PositionScheme(), "rotary": nt.Rotary(BASE), "alibi": nt.ALiBi(),
+        "relative": nt.Relative(DISTANCE),
+    }[positions]  # fmt: skip
+    module = nt.MultiHeadAttention(LAYER, HEADS, positions=scheme, **options).to(D)
     with torch.no_grad():
         for name in ("b_q", "b_k", "b_v", "b_o"):
             getattr(module, name).normal_()
@@ -77,16 +72,18 @@ def reference(module, x, mask, positions: str, offset: int = 0) -> torch.Tensor:
     query_at = torch.arange(offset, offset + x.shape[-2])[:, None]
     distance = torch.arange(x.shape[-2])[None, :] - query_at  # key i - query j
     if positions == "alibi":
-        scores = scores - module.slopes[:, None, None] * (-distance)
+        slopes = module.positions.slopes
+        scores = scores - slopes[:, None, None] * (-distance)
     if positions == "relative":
         index = distance.clamp(-DISTANCE, DISTANCE) + DISTANCE
         scores = scores + torch.einsum(
-            "bhjk,jik->bhji", q, module.a_k[index]
+            "bhjk,jik->bhji", q, module.positions.a_k[index]
         ) / math.sqrt(q.shape[-1])
     weights = torch.softmax(scores.masked_fill(~mask, -torch.inf), -1)
     out = weights @ v
     if positions == "relative":
-        out = out + torch.einsum("bhji,jiv->bhjv", weights, module.a_v[index])
+        tables = module.positions.a_v[index]
+        out = out + torch.einsum("bhji,jiv->bhjv", weights, tables)
     return torch.einsum("bhsv,hvl->bsl", out, module.w_o) + module.b_o
 
 
@@ -151,7 +148,7 @@ def test_cached_decoding_equals_recomputing_or_is_refused(positions, kv, core):
 
 
 def test_a_refusal_is_one_line_naming_the_pair_and_why():
-    relative = nt.Relative(torch.zeros(5, 4), torch.zeros(5, 4))
+    relative = nt.RelativeTables(2, 4, 4)
     for core in (nt.Blockwise(4), nt.Fused()):
         with pytest.raises(ValueError) as error:
             check_variant(AttentionVariant(relative, core))
@@ -163,38 +160,41 @@ def test_a_refusal_is_one_line_naming_the_pair_and_why():
 
 
 def test_a_new_scheme_is_one_part_and_one_registration():
-    """A scheme written here: a per-head constant on the diagonal (a toy), plugged in
-    as a Positions part, registered, built by name, and run by every core."""
+    """A scheme written here: a per-head constant on the diagonal (a toy), one
+    scheme that is its own part, registered, built by name through the
+    configuration, the model kinds and the command line's choices."""
+    from dataclasses import dataclass
+    from typing import ClassVar
 
-    class Diagonal(nt.Positions):
-        name = "diagonal"
+    @nt.register_scheme
+    @dataclass(frozen=True)
+    class Diagonal(PositionScheme, nt.Positions):
+        weight: float = 5.0
+        kind: ClassVar[str] = "diagonal"
+        name: ClassVar[str] = "diagonal"
+
+        def part(self, attention):
+            return self
 
         def score_term(self, queries, seq, offset):
-            return torch.eye(queries.shape[-2], seq, dtype=queries.dtype)[None] * 5.0
+            eye = torch.eye(queries.shape[-2], seq, dtype=queries.dtype)
+            return eye[None] * self.weight
 
-    class DiagonalAttention(nt.MultiHeadAttention):
-        def position_scheme(self):
-            return Diagonal()
-
-    nt.register_positions(
-        "diagonal", lambda request: DiagonalAttention(request.layer, request.heads)
-    )
     try:
-        module = POSITION_SCHEMES["diagonal"](
-            SchemeRequest(LAYER, HEADS, {}, causal=False)
-        ).to(D)
+        module = nt.MultiHeadAttention(LAYER, HEADS, positions=Diagonal()).to(D)
         x = torch.randn(BATCH, SEQ, LAYER, dtype=D)
         bias = torch.eye(SEQ, dtype=D) * 5.0
         plain = nt.MultiHeadAttention(LAYER, HEADS).to(D)
         plain.load_state_dict(module.state_dict())
         torch.testing.assert_close(module(x), plain(x, score_bias=bias))
-        # the model kinds and the command line know it by name
+        # the configuration, the model kinds and the command line know it by name
         assert "diagonal" in position_choices()
+        assert nt.TransformerConfig(positions="diagonal").positions == Diagonal()
         spec = make_spec("copy", "decoder-only", "tiny", vocab=14, positions="diagonal")
         model = build_model(spec)
         assert all(
-            isinstance(block.self_attention, DiagonalAttention)
+            block.self_attention.positions == Diagonal()
             for block in model.blocks.layers
         )
     finally:
-        del POSITION_SCHEMES["diagonal"]
+        del SCHEMES["diagonal"]
