@@ -21,7 +21,6 @@ from named_transformer.core.blockwise import (
     block_size,
 )
 from named_transformer.models.cores import AUTOMATIC, MATERIALISE, Blockwise
-from named_transformer.models.relative import RelativeMultiHeadAttention
 
 # long enough for the blockwise choice with every kind of mask: 4 blocks, uneven
 SEQ = FULL_CROSSOVER + 9
@@ -300,22 +299,26 @@ def test_relative_positions_keep_materialising(blockwise_calls):
     """Their value term reads the weights: the automatic core materialises for them
     (and the module builds, where a blockwise core is refused)."""
     torch.manual_seed(4)
-    automatic = RelativeMultiHeadAttention(16, 4, 3).double()
-    explicit = RelativeMultiHeadAttention(16, 4, 3, materialise=True).double()
+    automatic = nt.MultiHeadAttention(16, 4, positions=nt.Relative(3)).double()
+    explicit = nt.MultiHeadAttention(
+        16, 4, positions=nt.Relative(3), materialise=True
+    ).double()
     explicit.load_state_dict(automatic.state_dict())
     x = torch.randn(1, SEQ, 16, dtype=torch.float64)
     mask = nt.causal_mask(SEQ)
     torch.testing.assert_close(automatic(x, mask=mask), explicit(x, mask=mask))
     assert not blockwise_calls
     with pytest.raises(ValueError, match="relative positions with the blockwise core"):
-        RelativeMultiHeadAttention(16, 4, 3, block=64)
+        nt.MultiHeadAttention(16, 4, positions=nt.Relative(3), block=64)
 
 
 @pytest.mark.parametrize("positions", ["rotary", "alibi"])
 def test_position_schemes_on_the_automatic_core(positions, blockwise_calls):
     build = {
-        "rotary": lambda **o: nt.RotaryMultiHeadAttention(16, 4, **o),
-        "alibi": lambda **o: nt.ALiBiMultiHeadAttention(16, 4, **o),
+        "rotary": lambda **o: nt.MultiHeadAttention(
+            16, 4, positions=nt.Rotary(), **o
+        ),
+        "alibi": lambda **o: nt.MultiHeadAttention(16, 4, positions=nt.ALiBi(), **o),
     }[positions]
     torch.manual_seed(5)
     automatic = build().double()

@@ -28,13 +28,9 @@ from named_transformer.models.grouped import (
     grouped_attention_weights,
 )
 from named_transformer.models.language_model import LanguageModel
-from named_transformer.models.multihead import (
-    MultiHeadAttention,
-    attend_grouped_heads,
-    grouped_query_attention,
-    stacked_weights,
-)
+from named_transformer.models.multihead import MultiHeadAttention, stacked_weights
 from named_transformer.models.transformer import Transformer
+from tests.test_multihead import attend_heads, multihead_attention
 
 # distinct sizes: batch 2, seq_q 3, seq 5, key 4, val 7, heads 6, layer 12, memory 9
 B, SEQ_Q, SEQ, KEY, VAL, HEADS, LAYER, MEMORY = 2, 3, 5, 4, 7, 6, 12, 9
@@ -203,12 +199,12 @@ def test_functional_forms_agree():
     inputs = torch.randn(B, SEQ, LAYER, dtype=D)
     args = (m.w_q, m.w_k, m.w_v, m.w_o, nt.causal_mask(SEQ),
             m.b_q, m.b_k, m.b_v, m.b_o)  # fmt: skip
-    out, weights = grouped_query_attention(inputs, inputs, *args)
+    out, weights = multihead_attention(inputs, inputs, *args)
     torch.testing.assert_close(out, m(inputs, mask=nt.causal_mask(SEQ)))
     q = nt.project_heads(inputs, m.w_q, m.b_q)
     k = nt.project_heads(inputs, m.w_k, m.b_k)
     v = nt.project_heads(inputs, m.w_v, m.b_v)
-    again, _ = attend_grouped_heads(q, k, v, m.w_o, m.b_o, nt.causal_mask(SEQ))
+    again, _ = attend_heads(q, k, v, m.w_o, m.b_o, nt.causal_mask(SEQ))
     torch.testing.assert_close(again, out)
     assert weights.shape == (B, HEADS, SEQ, SEQ)
 

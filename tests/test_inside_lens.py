@@ -81,7 +81,7 @@ def _lens_llama(model: nt.LanguageModel):
     config = _config(
         model, n_key_value_heads=c.kv_heads, act_fn="silu", normalization_type="RMS",
         final_rms=True, gated_mlp=True, positional_embedding_type="rotary",
-        rotary_dim=c.key, rotary_base=int(c.rotary_base), eps=c.eps,
+        rotary_dim=c.key, rotary_base=int(c.positions.base), eps=c.eps,
     )  # fmt: skip
     return _lens(config, state)
 

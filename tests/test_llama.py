@@ -140,13 +140,12 @@ def test_the_defaults_build_the_papers_model_unchanged():
 def test_the_llama_block_is_options_of_the_one_model():
     config = nt.TransformerConfig.llama(
         layer=12, heads=6, kv_heads=2, hidden=20, decoder_layers=2,
-        rotary_base=500000.0,
+        positions=nt.Rotary(500000.0),
     )  # fmt: skip
-    model = nt.LanguageModel(13, config, positions="rotary", scale_embeddings=False)
+    model = nt.LanguageModel(13, config, scale_embeddings=False)
     block = model.blocks.layers[0]
-    assert isinstance(block.self_attention, nt.RotaryMultiHeadAttention)
+    assert block.self_attention.positions == nt.Rotary(500000.0)
     assert block.self_attention.kv_heads == 2
-    assert block.self_attention.position_scheme().base == 500000.0
     assert isinstance(block.feed_forward, nt.GatedFeedForward)
     assert isinstance(model.blocks.norm, nt.RMSNorm)
     names = [name for name, _ in model.named_parameters()]
@@ -440,13 +439,12 @@ def test_the_model_kinds_build_the_same_block_from_a_spec():
 
     config = nt.TransformerConfig.llama(layer=12, heads=6, kv_heads=3, hidden=20,
                                         decoder_layers=2, qkv_bias=True)  # fmt: skip
-    spec = {"kind": "decoder-only", "vocab": 13, "positions": "rotary",
-            "max_positions": 64, "config": asdict(config)}  # fmt: skip
+    spec = {"kind": "decoder-only", "vocab": 13, "config": config.to_dict()}
     built = kind_of("decoder-only").build(spec)
-    direct = nt.LanguageModel(13, config, positions="rotary")
+    direct = nt.LanguageModel(13, config)
     shapes = {name: p.shape for name, p in direct.named_parameters()}
     assert {name: p.shape for name, p in built.named_parameters()} == shapes
-    assert type(built.blocks.layers[1].self_attention) is nt.RotaryMultiHeadAttention
+    assert built.blocks.layers[1].self_attention.positions == nt.Rotary()
 
 
 def test_the_llama_block_compiles_whole_with_checks_off():

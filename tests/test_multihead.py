@@ -12,14 +12,45 @@ from torch import nn
 import named_transformer as nt
 from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
 from named_transformer.models.multihead import (
+    Heads,
     MultiHeadAttention,
-    attend_heads,
-    multihead_attention,
-    multihead_self_attention,
+    attend_projected,
     project_heads,
+    project_qkv,
     stack_qkv,
     stacked_projection,
 )
+
+
+# The pipeline called with every weight an argument, as 0.4.0's functional forms were
+# (the forms went in 0.9.0): project_qkv, then attend_projected.
+def multihead_attention(
+    inputs, memory, w_q, w_k, w_v, w_o, mask=None, b_q=None, b_k=None, b_v=None,
+    b_o=None, dropout=0.0, training=False, fused=False, *, values_from=None,
+    score_bias=None, block=None,
+):  # fmt: skip
+    weights = nt.AttentionWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)
+    heads = project_qkv(inputs, memory, weights, values_from=values_from)
+    return attend_heads(
+        heads.queries, heads.keys, heads.values, w_o, b_o, mask, dropout, training,
+        fused, score_bias=score_bias, block=block,
+    )  # fmt: skip
+
+
+def multihead_self_attention(inputs, *weights, **options):
+    return multihead_attention(inputs, inputs, *weights, **options)
+
+
+def attend_heads(
+    queries, keys, values, w_o, b_o=None, mask=None, dropout=0.0, training=False,
+    fused=False, *, score_bias=None, block=None,
+):  # fmt: skip
+    core = nt.Fused() if fused else nt.Blockwise(block) if block else nt.Materialise()
+    return attend_projected(
+        Heads(queries, keys, values), w_o, b_o, mask,
+        variant=nt.AttentionVariant(core=core), score_bias=score_bias,
+        dropout=dropout if training else 0.0,
+    )  # fmt: skip
 
 # distinct sizes: batch 2, seq_q 3, seq 5, layer 12, heads 3 (key 4), memory 7
 B, SEQ_Q, SEQ, LAYER, HEADS, MEMORY = 2, 3, 5, 12, 3, 7
@@ -251,7 +282,7 @@ def test_fused_option_gives_way_to_the_named_path_when_weights_are_asked_for():
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, HEADS, SEQ))
     torch.testing.assert_close(outputs, fused(inputs), atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="fused"):
-        nt.RelativeMultiHeadAttention(LAYER, HEADS, 2, fused=True)
+        MultiHeadAttention(LAYER, HEADS, positions=nt.Relative(2), fused=True)
 
 
 def test_fused_option_reaches_the_fused_kernel_not_the_materialising_fallback():

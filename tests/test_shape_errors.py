@@ -317,8 +317,8 @@ _TOKENS = torch.randint(0, 11, (B, SEQ))
 MODULE_CASES = {
     "MultiHeadAttention": (lambda: nt.MultiHeadAttention(LAYER, 2)(_WIDE),
                            "axis 'layer'", "'inputs'"),
-    "RelativeMultiHeadAttention": (
-        lambda: nt.RelativeMultiHeadAttention(LAYER, 2, 4)(_WIDE),
+    "RelativeTables": (
+        lambda: nt.MultiHeadAttention(LAYER, 2, positions=nt.Relative(4))(_WIDE),
         "axis 'layer'", "'inputs'"),
     "FeedForward": (lambda: nt.FeedForward(LAYER, HIDDEN)(_WIDE),
                     "axis 'layer'", "'inputs'"),
