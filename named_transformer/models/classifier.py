@@ -91,6 +91,11 @@ class TransformerClassifier(CountsParameters, nn.Module):
                 "a TransformerClassifier built from a TransformerConfig takes no "
                 f"other options, got {', '.join(sorted(options))}"
             )
+        if config.window is not None:
+            raise ValueError(
+                f"window={config.window} limits causal self-attention; a classifier "
+                "reads the whole review both ways"
+            )
         self.config = c = config
         self.embedding = TokenEmbedding(vocab, c.layer)
         self.positions = embed_positions(c.positions, c.layer, c.dropout)

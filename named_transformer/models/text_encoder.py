@@ -160,6 +160,11 @@ Learned` table of its own; BERT's positions are learned: a configuration naming 
                 f"TextEncoder is BERT, whose positions are a learned table: "
                 f"{config.positions.kind} positions are not built here"
             )
+        if config.window is not None:
+            raise ValueError(
+                f"window={config.window} limits causal self-attention; BERT attends "
+                "both ways"
+            )
         if config.positions.kind == "sinusoidal":  # the configuration's default
             config = replace(config, positions=Learned(max_positions))
         self.config = c = config
