@@ -370,7 +370,7 @@ __all__ = [
     # 0.9.0: the attention owns its position scheme; the configuration builds all
     "register_scheme",
 ]
-__version__ = "0.8.3"
+__version__ = "0.9.0"
 
 
 def __getattr__(name: str) -> object:

@@ -116,12 +116,13 @@ def test_unknown_kinds_are_refused_in_one_line():
         nt.TransformerConfig(norm="batch")
     with pytest.raises(ValueError, match="feed_forward must be 'plain' or 'gated'"):
         nt.TransformerConfig(feed_forward="glu")
-    with pytest.raises(ValueError, match="positions must be 'sinusoidal', 'learned'"):
+    with pytest.raises(ValueError, match=r"positions must be one of \[.*'rotary'"):
         nt.LanguageModel(11, nt.TransformerConfig(layer=8, heads=2, hidden=8),
                          positions="nope")  # fmt: skip
-    with pytest.raises(ValueError, match="needs max_distance"):
-        nt.LanguageModel(11, nt.TransformerConfig(layer=8, heads=2, hidden=8),
-                         positions="relative")  # fmt: skip
+    with pytest.raises(ValueError, match="relative positions take no 'k'"):
+        nt.TransformerConfig(positions={"kind": "relative", "k": 3})
+    # a kind's name is its scheme with the defaults (Shaw et al.'s k is not given)
+    assert nt.TransformerConfig(positions="relative").positions == nt.Relative(8)
 
 
 def test_the_defaults_build_the_papers_model_unchanged():

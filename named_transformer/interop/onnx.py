@@ -34,7 +34,6 @@ from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.text_encoder import TextEncoder
 from named_transformer.models.transformer import Transformer
-from named_transformer.pretrained.minilm import SentenceEncoder
 
 WEIGHT_AXES = ("batch", "heads", "seq_q", "seq")
 
@@ -80,13 +79,6 @@ def _classifier(model: nn.Module, tokens: Tensor):
 def _text_encoder(model: nn.Module, tokens: Tensor):
     states, weights = model(tokens, need_weights=True)
     return states, {"self": weights}
-
-
-def _sentence_encoder(model: nn.Module, tokens: Tensor):
-    """One sentence, or sentences of one length: every token is real."""
-    real = torch.ones_like(tokens, dtype=torch.bool)
-    embedding, weights = model(tokens, real, need_weights=True)
-    return embedding, {"self": weights}
 
 
 _SELF = (("self", "encoder.{}.self", "self-attention", "tokens", "tokens"),)
@@ -140,13 +132,6 @@ INTERFACES: dict[type, Interface] = {
         ("states", ("batch", "seq", "layer")),
         _SELF,
         _text_encoder,
-    ),
-    SentenceEncoder: Interface(
-        "encoder",
-        (("tokens", ("batch", "seq")),),
-        ("embedding", ("batch", "layer")),
-        _SELF,
-        _sentence_encoder,
     ),
 }
 

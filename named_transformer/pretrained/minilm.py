@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.core.pooling import l2_normalize, mean_pooling
 from named_transformer.interop.huggingface import from_huggingface
+from named_transformer.interop.onnx import Interface
 from named_transformer.models.text_encoder import TextEncoder
 
 __all__ = ["SentenceEncoder", "Tokenized", "load_minilm"]
@@ -45,6 +46,13 @@ class Tokenized:
     pieces: list[list[str]]  # each sentence's word pieces, [CLS] and [SEP] included
 
 
+def _exported(model: nn.Module, tokens: Tensor):
+    """One sentence, or sentences of one length: every token is real."""
+    real = torch.ones_like(tokens, dtype=torch.bool)
+    embedding, weights = model(tokens, real, need_weights=True)
+    return embedding, {"self": weights}
+
+
 # --8<-- [start:SentenceEncoder]
 class SentenceEncoder(nn.Module):
     r"""A :class:`~named_transformer.models.text_encoder.TextEncoder` with its
@@ -53,6 +61,13 @@ class SentenceEncoder(nn.Module):
     ``tokenizer`` is a ``tokenizers.Tokenizer``; sentences longer than ``max_length``
     word pieces are cut there, as sentence-transformers does.
     """
+
+    #: how export_onnx calls it, and what its graph returns
+    onnx_interface = Interface(
+        "encoder", (("tokens", ("batch", "seq")),), ("embedding", ("batch", "layer")),
+        (("self", "encoder.{}.self", "self-attention", "tokens", "tokens"),),
+        _exported,
+    )  # fmt: skip
 
     def __init__(self, encoder: TextEncoder, tokenizer, *, max_length: int = 256):
         super().__init__()
