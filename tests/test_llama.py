@@ -434,7 +434,6 @@ def test_models_transformers_cannot_express_say_why():
 
 
 def test_the_model_kinds_build_the_same_block_from_a_spec():
-    from dataclasses import asdict
 
     from named_transformer.workflows.kinds import kind_of
 

@@ -25,6 +25,7 @@ def shaw_loop(inputs, memory, m, offset=0, mask=None):
     z_i = sum_j a_ij (v_j + a^V_clip(j-i))."""
     batch, seq_q, seq = inputs.shape[0], inputs.shape[1], memory.shape[1]
     out = torch.zeros(batch, seq_q, m.layer, dtype=inputs.dtype)
+    a_k, a_v, k_max = m.positions.a_k, m.positions.a_v, m.positions.max_distance
     for b in range(batch):
         for h in range(m.heads):
             q = inputs[b] @ m.w_q[h] + m.b_q[h]
@@ -33,15 +34,14 @@ def shaw_loop(inputs, memory, m, offset=0, mask=None):
             for i in range(seq_q):
                 e = torch.empty(seq, dtype=inputs.dtype)
                 for j in range(seq):
-                    d = max(-m.positions.max_distance, min(m.positions.max_distance, j - (i + offset)))
-                    e[j] = q[i] @ (k[j] + m.positions.a_k[d + m.positions.max_distance]) / math.sqrt(m.key)
+                    d = max(-k_max, min(k_max, j - (i + offset)))
+                    e[j] = q[i] @ (k[j] + a_k[d + k_max]) / math.sqrt(m.key)
                     if mask is not None and not mask[i, j]:
                         e[j] = -torch.inf
                 alpha = torch.softmax(e, 0)
                 z = sum(
-                    alpha[j] * (v[j] + m.positions.a_v[
-                        max(-m.positions.max_distance, min(m.positions.max_distance, j - i - offset))
-                        + m.positions.max_distance
+                    alpha[j] * (v[j] + a_v[
+                        max(-k_max, min(k_max, j - i - offset)) + k_max
                     ])
                     for j in range(seq)
                 )  # fmt: skip

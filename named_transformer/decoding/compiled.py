@@ -48,9 +48,9 @@ class CompiledDecoder(IncrementalDecoder):
     (a prompt) go through the same step eagerly, in one pass, before the compiled step
     takes one token at a time. The model must be in eval mode
     (its position table is read once). Its self-attention's position part must take
-    the position as a tensor (:attr:`~named_transformer.models.variants.Positions.\
-takes_tensor_offset`): none, rotary and ALiBi do; relative positions are refused (their
-    table lookup needs the position as a Python number). Grouped-query attention
+    the position as a tensor (``Positions.takes_tensor_offset``): none, rotary and
+    ALiBi do; relative positions are refused (their table lookup needs the position
+    as a Python number). Grouped-query attention
     keeps ``kv_heads`` heads in the buffers; a sliding window (``config.window``) is
     applied by the mask, the buffers staying capacity-sized.
     """

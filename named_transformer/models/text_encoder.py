@@ -129,9 +129,8 @@ class TextEncoder(CountsParameters, nn.Module):
         config: sizes and choices of the layers; default BERT-base's (12 layers, 768
             wide, 12 heads, hidden 3072, GELU, post-norm, $\epsilon = 10^{-12}$).
         max_positions: rows of the learned position table (BERT: 512), unless
-            ``config.positions`` is a :class:`~named_transformer.models.embedding.\
-Learned` table of its own; BERT's positions are learned: a configuration naming any
-            other scheme is refused.
+            ``config.positions`` is a ``Learned`` table of its own; BERT's positions
+            are learned: a configuration naming any other scheme is refused.
         types: rows of the token-type table (BERT: 2 segments; 0 for none).
         padding: the padding token's id, whose row gets no gradient (BERT: 0).
         pooler: add :class:`Pooler` (``model.pool``).

@@ -134,8 +134,8 @@ def check_variant(variant: AttentionVariant) -> AttentionVariant:
 @dataclass(frozen=True)
 class PositionScheme:
     r"""A model's positions as its configuration holds them: a kind and its
-    parameters (:attr:`TransformerConfig.positions
-    <named_transformer.models.config.TransformerConfig.positions>`).
+    parameters (``positions`` of
+    :class:`~named_transformer.models.config.TransformerConfig`).
 
     A scheme adds positions to the embeddings (:meth:`embedding`: sinusoidal,
     learned), or plugs one :class:`Positions` part into every self-attention
