@@ -1,0 +1,122 @@
+"""Converters and position schemes: PyTorch's modules have no rotary, ALiBi or
+relative positions, so ``to_torch`` refuses a module with one at every level (one
+line naming the scheme and why) where it used to return a plain
+``nn.MultiheadAttention`` computing something else; without one it still converts
+and computes the same. ``export_onnx`` traces the module, so its graph keeps the
+scheme: the exported model computes what the named one does."""
+
+import pytest
+import torch
+
+from named_transformer.interop.pytorch import mask_from_torch, to_torch
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.decoder import Decoder, DecoderLayer
+from named_transformer.models.encoder import Encoder, EncoderLayer
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.transformer import TransformerStacks
+from named_transformer.models.variants import POSITION_SCHEMES, SchemeRequest
+
+B, SEQ, LAYER, HEADS, HIDDEN, VOCAB, DISTANCE = 2, 5, 8, 2, 6, 11, 2
+TINY = TransformerConfig(
+    encoder_layers=2, decoder_layers=2, layer=LAYER, heads=HEADS, hidden=HIDDEN,
+    dropout=0.0,
+)  # fmt: skip
+#: every registered scheme, each both ways (ALiBi: causal and symmetric)
+SCHEMES = [
+    (name, causal) for name in sorted(POSITION_SCHEMES) for causal in (True, False)
+]
+
+
+def attention(name, causal):
+    request = SchemeRequest(
+        LAYER, HEADS, options={"dropout": 0.0, "kv_heads": None}, causal=causal,
+        max_distance=DISTANCE,
+    )  # fmt: skip
+    return POSITION_SCHEMES[name](request).double()
+
+
+def with_scheme(model, name, causal):
+    """``model`` with its last layer's self-attention (only) of the scheme: the
+    refusal must find it however deep it is."""
+    layers = model.layers if hasattr(model, "layers") else [model]
+    layers[-1].self_attention = attention(name, causal)
+    return model.double()
+
+
+def levels(name, causal):
+    def stacks():
+        model = TransformerStacks.build(TINY)
+        with_scheme(model.decoder, name, causal)
+        return model.double()
+
+    return {
+        "attention": lambda: attention(name, causal),
+        "encoder layer": lambda: with_scheme(
+            EncoderLayer(LAYER, HEADS, HIDDEN), name, causal
+        ),
+        "encoder": lambda: with_scheme(
+            Encoder.build(2, LAYER, HEADS, HIDDEN), name, causal
+        ),
+        "decoder layer": lambda: with_scheme(
+            DecoderLayer(LAYER, HEADS, HIDDEN), name, causal
+        ),
+        "decoder": lambda: with_scheme(
+            Decoder.build(2, LAYER, HEADS, HIDDEN), name, causal
+        ),
+        "transformer": stacks,
+        "language model": lambda: LanguageModel(
+            VOCAB, TINY, positions=name, max_distance=DISTANCE
+        ).double(),
+        "language model's blocks": lambda: (
+            LanguageModel(VOCAB, TINY, positions=name, max_distance=DISTANCE)
+            .double()
+            .blocks
+        ),
+    }
+
+
+LEVELS = list(levels("rotary", True))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize(("name", "causal"), SCHEMES)
+def test_to_torch_refuses_a_position_scheme_in_one_line_naming_it(name, causal, level):
+    module = levels(name, causal)[level]()
+    scheme = attention(name, causal).position_scheme().name
+    with pytest.raises(ValueError) as refused:
+        to_torch(module)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"{scheme} positions" in message
+    assert "cannot express rotary, ALiBi or relative positions" in message
+
+
+@pytest.mark.parametrize(("name", "causal"), SCHEMES)
+def test_what_to_torch_used_to_return_computes_something_else(name, causal):
+    """Why the refusal: the same weights in plain attention (what to_torch returned)
+    give other outputs, so the module it returned was wrong, not merely different."""
+    ours = attention(name, causal).eval()
+    plain = MultiHeadAttention(LAYER, HEADS).double().eval()
+    plain.load_state_dict(ours.state_dict(), strict=False)
+    x = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
+    assert (ours(x) - plain(x)).abs().max() > 1e-3
+
+
+def test_without_a_scheme_every_level_still_converts_and_computes_the_same():
+    """The control: plain attention, a language model's blocks built with learned
+    positions (added to the embeddings, outside the blocks) convert and agree to
+    1e-12 in float64."""
+    x = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
+    padding = torch.tensor([[False] * SEQ, [False] * (SEQ - 1) + [True]])
+    plain = MultiHeadAttention(LAYER, HEADS).double().eval()
+    theirs = to_torch(plain).eval()
+    keys = mask_from_torch(None, padding)
+    got = plain(x, mask=keys)
+    want = theirs(x, x, x, key_padding_mask=padding)[0]
+    assert (got - want).abs().max() < 1e-12
+    blocks = LanguageModel(VOCAB, TINY, positions="learned").double().eval().blocks
+    causal = torch.ones(SEQ, SEQ, dtype=torch.bool).tril()
+    got = blocks(x, causal)
+    want = to_torch(blocks).eval()(x, mask=~causal)
+    assert (got - want).abs().max() < 1e-12
