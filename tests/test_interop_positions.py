@@ -8,12 +8,14 @@ scheme: the exported model computes what the named one does."""
 import pytest
 import torch
 
+from named_transformer.interop.huggingface import to_huggingface
 from named_transformer.interop.pytorch import mask_from_torch, to_torch
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.encoder import Encoder, EncoderLayer
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.text_encoder import TextEncoder
 from named_transformer.models.transformer import TransformerStacks
 from named_transformer.models.variants import POSITION_SCHEMES, SchemeRequest
 
@@ -120,3 +122,98 @@ def test_without_a_scheme_every_level_still_converts_and_computes_the_same():
     got = blocks(x, causal)
     want = to_torch(blocks).eval()(x, mask=~causal)
     assert (got - want).abs().max() < 1e-12
+
+
+def _gpt2(**options):
+    config = TransformerConfig(**{**TINY.__dict__, "norm_first": True, **options})
+    return LanguageModel(
+        VOCAB, config, positions="learned", scale_embeddings=False, max_positions=16
+    ).double()
+
+
+def _bert(**options):
+    return TextEncoder(VOCAB, TransformerConfig(**{**TINY.__dict__, **options}))
+
+
+def _llama(**options):
+    config = TransformerConfig.llama(**{**TINY.__dict__, **options})
+    return LanguageModel(
+        VOCAB, config, positions="rotary", scale_embeddings=False, max_positions=16
+    ).double()
+
+
+def _schemed(model, name, layer=0):
+    """``model`` with one layer's self-attention of the scheme ``name``."""
+    options = {"dropout": 0.0, "kv_heads": None, "bias": model.config.bias}
+    request = SchemeRequest(LAYER, HEADS, options, causal=True, max_distance=DISTANCE)
+    model.blocks.layers[layer].self_attention = POSITION_SCHEMES[name](request)
+    return model.double()
+
+
+#: (model, the refusal's words): each used to convert to a model that computes
+#: something else (a window GPT-2 ignores, positions its attention has not) or to fail
+#: with a KeyError or a size mismatch
+REFUSED = {
+    "GPT-2 with a window": (lambda: _gpt2(window=2), "GPT-2 has no sliding window"),
+    "GPT-2 with grouped heads": (
+        lambda: _gpt2(kv_heads=1),
+        "GPT-2 has as many key/value heads",
+    ),
+    "GPT-2 without biases": (lambda: _gpt2(bias=False), "GPT-2 has every bias"),
+    "GPT-2 without q/k/v biases": (
+        lambda: _gpt2(qkv_bias=False),
+        "GPT-2 has every bias",
+    ),
+    "BERT with grouped heads": (
+        lambda: _bert(kv_heads=1),
+        "BERT has as many key/value heads",
+    ),
+    "BERT without biases": (lambda: _bert(bias=False), "BERT has every bias"),
+    "BERT with RMSNorm": (lambda: _bert(norm="rms"), "BERT has LayerNorm"),
+    "BERT gated": (
+        lambda: _bert(feed_forward="gated", activation="silu"),
+        "BERT has LayerNorm",
+    ),
+    **{
+        f"GPT-2 with {name} attention": (
+            lambda name=name: _schemed(_gpt2(), name),
+            "positions and GPT-2's attention has none",
+        )
+        for name in sorted(POSITION_SCHEMES)
+        if name != "rotary"
+    },  # a rotary first layer makes it Llama's, refused as not Llama-like
+    **{
+        f"BERT with {name} attention": (
+            lambda name=name: _schemed(_bert(), name),
+            "positions and BERT's attention has none",
+        )
+        for name in sorted(POSITION_SCHEMES)
+    },
+    **{
+        f"Llama with a {name} layer": (
+            lambda name=name: _schemed(_llama(), name, layer=1),
+            "where Llama's attention is rotary of base 10000.0 in every layer",
+        )
+        for name in sorted(POSITION_SCHEMES)
+        if name != "rotary"
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_to_huggingface_refuses_what_the_reference_would_drop(case):
+    build, words = REFUSED[case]
+    with pytest.raises(ValueError, match="does not convert to transformers") as error:
+        to_huggingface(build())
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_to_huggingface_still_converts_gpt2_and_computes_the_same():
+    """The control: a GPT-2-like model converts and its log-probabilities equal the
+    reference's to 1e-12 in float64."""
+    ours = _gpt2().eval()
+    theirs = to_huggingface(ours).double().eval()
+    tokens = torch.randint(VOCAB, (B, SEQ))
+    with torch.no_grad():
+        want = torch.log_softmax(theirs(tokens).logits, dim=-1)
+        assert (ours(tokens) - want).abs().max() < 1e-12
