@@ -245,3 +245,11 @@ def test_export_onnx_keeps_the_position_scheme(name, tmp_path):
     for got, want in zip(outputs[1:], weights, strict=True):
         assert (got - want).abs().max() < 1e-6
     assert (without - log_probs).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "options", [{"qkv_bias": False}, {"bias": False, "qkv_bias": True}]
+)
+def test_to_torch_refuses_qkv_biases_apart_from_the_output_bias(options):
+    with pytest.raises(ValueError, match=r"qkv_bias != bias\) have no nn\.Multihead"):
+        to_torch(MultiHeadAttention(LAYER, HEADS, **options))

@@ -375,6 +375,12 @@ def _attention_to_torch(
             f"heads={ours.heads}) has no nn.MultiheadAttention counterpart: "
             "PyTorch's module has as many key/value heads as query heads"
         )
+    if (ours.b_q is None) != (ours.b_o is None):
+        raise ValueError(
+            f"q/k/v biases {'absent' if ours.b_q is None else 'present'} and the "
+            f"output bias {'absent' if ours.b_o is None else 'present'} (qkv_bias "
+            "!= bias) have no nn.MultiheadAttention counterpart: its bias sets both"
+        )
     if ours.key * ours.heads != ours.layer or ours.val != ours.key:
         raise ValueError(
             "only narrow heads (|key| = |val| = |layer|/|heads|) "
