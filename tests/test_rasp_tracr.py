@@ -135,3 +135,100 @@ def test_where_a_selector_selects_nothing_the_library_decodes_none_tracr_a_guess
         assert residuals[-1][:, 1, loaded.output_dims].abs().max() < 1e-6
         for out in applied:
             assert np.abs(out.residuals[-1][0, 1, loaded.output_dims]).max() < 1e-6
+
+
+@pytest.fixture(scope="module")
+def causal_models():
+    return {
+        name: compile_with_tracr(PROGRAMS[name].program,
+                                 PROGRAMS[name].vocabulary[:3], MAX_LENGTH,
+                                 causal=True)
+        for name in TRACR
+    }  # fmt: skip
+
+
+def _causal_evaluate(program, x):
+    """Tracr's causal interpreter, or None where it refuses (an aggregate of
+    different categories: most_frequent is not a causal program)."""
+    from tracr.rasp import causal_eval
+
+    try:
+        return causal_eval.evaluate(program, x)
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize("name", TRACR)
+def test_a_causal_tracr_model_loads_as_tracrs_causal_model(
+    name, causal_models, tracr_models
+):
+    """Compiled with ``causal=True``, Tracr masks the future (its
+    ``model_config.causal``; the weights are those of ``causal=False``).
+    ``from_tracr`` carries the mask: on every input up to length 5 its residual
+    stream equals Tracr's after every layer, as without the mask, and its outputs
+    equal Tracr's causal interpreter wherever that answers, and Tracr's model at every
+    position where a selector selects something."""
+    compiled = causal_models[name]
+    assert compiled.model_config.causal
+    loaded = from_tracr(compiled)
+    assert loaded.causal and not from_tracr(tracr_models[name]).causal
+    program = to_tracr(PROGRAMS[name].program)
+    answered = 0
+    for length in range(1, MAX_LENGTH + 1):
+        inputs = _inputs(name, length)
+        if not inputs:
+            continue
+        residuals, _ = loaded(loaded.encode(inputs))
+        decoded, theirs = _tracr_forward(compiled, inputs)
+        for ours, t in zip(residuals[1:], theirs, strict=True):
+            assert (ours - torch.from_numpy(t)).abs().max().item() < 1e-5
+        expected = [_causal_evaluate(program, x) for x in inputs]
+        kept = [i for i, e in enumerate(expected) if e is not None]
+        if not kept:
+            continue
+        ours = loaded.run_batch([inputs[i] for i in kept])
+        assert ours == [expected[i] for i in kept]
+        for row, i in zip(ours, kept, strict=True):
+            assert all(a == b for a, b in zip(row, decoded[i], strict=True)
+                       if a is not None)  # fmt: skip
+        answered += len(kept)
+    assert answered >= 15
+
+
+def test_make_length_counts_what_a_causal_query_sees():
+    """Tracr's own example: under the causal mask each position sees itself and
+    those before it, so ``make_length`` gives 1, 2, 3 on "abc" (3, 3, 3 without)."""
+    from tracr.compiler import compiling, lib
+
+    causal = compiling.compile_rasp_to_model(
+        lib.make_length(), vocab=set("abc"), max_seq_len=4, compiler_bos="BOS",
+        causal=True,
+    )  # fmt: skip
+    assert causal.apply(["BOS", *"abc"]).decoded[1:] == [1, 2, 3]
+    assert from_tracr(causal).run(list("abc")) == [1, 2, 3]
+    plain = compiling.compile_rasp_to_model(
+        lib.make_length(), vocab=set("abc"), max_seq_len=4, compiler_bos="BOS"
+    )
+    assert from_tracr(plain).run(list("abc")) == [3, 3, 3]
+
+
+def test_frac_prevs_is_the_same_with_and_without_the_mask():
+    """Tracr's ``make_frac_prevs`` selects only earlier positions, so the causal mask
+    changes nothing: both loaded models equal Tracr's causal interpreter."""
+    from tracr.compiler import compiling, lib
+    from tracr.rasp import causal_eval
+
+    program = lib.make_frac_prevs(rasp.tokens == "a")
+    loaded = [
+        from_tracr(compiling.compile_rasp_to_model(
+            program, vocab=set("ab"), max_seq_len=4, compiler_bos="BOS",
+            causal=causal,
+        ))
+        for causal in (False, True)
+    ]  # fmt: skip
+    inputs = [list(x) for x in itertools.product("ab", repeat=4)]
+    expected = [[round(v, 6) for v in causal_eval.evaluate(program, x)]
+                for x in inputs]  # fmt: skip
+    for model in loaded:
+        assert [[pytest.approx(v, abs=1e-5) for v in row]
+                for row in model.run_batch(inputs)] == expected  # fmt: skip

@@ -42,9 +42,11 @@ from jaxtyping import Shaped
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.interop.pytorch import _positions_of
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.embedding import NoPositions
 from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.rotary import Rotary
 from named_transformer.models.text_encoder import TextEncoder
 
@@ -579,8 +581,37 @@ def _check(condition: bool, why: str) -> None:
         raise ValueError(f"does not convert to transformers: {why}")
 
 
+def _check_positions(model: nn.Module, family: str) -> None:
+    """Every attention of ``model`` has the position scheme of ``family``: rotary of
+    one base (Llama, Qwen2, Mistral) or none (BERT, GPT-2), or a ValueError naming the
+    first that has another; the reference would compute without it."""
+    rotary = _rotary(model) if family == "Llama" else None
+    for name, attention in model.named_modules():
+        if not isinstance(attention, MultiHeadAttention):
+            continue
+        positions = _positions_of(attention)
+        if rotary is None:
+            _check(positions.name == "none",
+                   f"{name} has {positions.name} positions and {family}'s attention "
+                   "has none (its positions are added to the embeddings)")  # fmt: skip
+        else:
+            _check(isinstance(positions, Rotary) and positions.base == rotary.base,
+                   f"{name} has {positions.name} positions, where Llama's attention "
+                   f"is rotary of base {rotary.base} in every layer")  # fmt: skip
+
+
+def _check_heads_and_biases(c: TransformerConfig, family: str) -> None:
+    _check(c.kv_heads in (None, c.heads),
+           f"{family} has as many key/value heads as query heads")  # fmt: skip
+    _check(c.bias and c.qkv_bias in (None, True), f"{family} has every bias")
+    _check(c.norm == "layer" and c.feed_forward == "plain",
+           f"{family} has LayerNorm and a plain feed-forward")  # fmt: skip
+
+
 def _bert_config(ours: TextEncoder) -> dict:
     c = ours.config
+    _check_positions(ours, "BERT")
+    _check_heads_and_biases(c, "BERT")
     _check(not c.norm_first and not c.has_final_norm, "BERT's layers are post-norm")
     _check(ours.pooler is None or ours.head is None, "a pooler and a head together")
     return dict(
@@ -597,11 +628,12 @@ def _bert_config(ours: TextEncoder) -> dict:
 def _gpt2_config(ours: LanguageModel) -> dict:
     c = ours.config
     _check(hasattr(ours.positions, "table"), "GPT-2's positions are learned")
+    _check_positions(ours, "GPT-2")
+    _check_heads_and_biases(c, "GPT-2")
+    _check(c.window is None, "GPT-2 has no sliding window")
     _check(not ours.embedding.scale, "GPT-2 does not scale its embeddings")
     _check(c.norm_first and c.has_final_norm, "GPT-2 is pre-norm with a final norm")
     _check(ours.generator.bias is None, "GPT-2's output has no bias")
-    _check(c.norm == "layer" and c.feed_forward == "plain",
-           "GPT-2 has LayerNorm and a plain feed-forward")  # fmt: skip
     vocab = ours.embedding.table.shape[0]
     return dict(
         vocab_size=vocab,
@@ -637,6 +669,7 @@ def _llama_config(ours: LanguageModel, model_type: str) -> dict:
     c, rotary = ours.config, _rotary(ours)
     _check(rotary is not None and isinstance(ours.positions, NoPositions),
            "Llama's positions are rotary, inside the attention only")  # fmt: skip
+    _check_positions(ours, "Llama")
     _check(not ours.embedding.scale, "Llama does not scale its embeddings")
     _check(c.norm_first and c.has_final_norm and c.norm == "rms",
            "Llama is pre-norm with RMSNorm and a final RMSNorm")  # fmt: skip

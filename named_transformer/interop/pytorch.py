@@ -52,6 +52,7 @@ from named_transformer.models.encoder import Encoder, EncoderLayer
 from named_transformer.models.multihead import MultiHeadAttention, stack_qkv
 from named_transformer.models.sublayers import FeedForward, LayerNorm
 from named_transformer.models.transformer import TransformerStacks
+from named_transformer.models.variants import NO_POSITIONS, Positions
 
 __all__ = ["bias_from_torch", "from_torch", "mask_from_torch", "to_torch"]
 
@@ -342,14 +343,43 @@ def from_torch(module: nn.Module) -> nn.Module:
 # --------------------------------------------------------------------------- to PyTorch
 
 
+def _positions_of(attention: MultiHeadAttention) -> Positions:
+    """The position scheme ``attention`` plugs in (the one place that asks)."""
+    return attention.position_scheme()
+
+
+def _refuse_positions(module: nn.Module) -> None:
+    """A ValueError naming the first attention in ``module`` with a position scheme:
+    PyTorch's modules would silently compute attention without it."""
+    for name, attention in module.named_modules():
+        if not isinstance(attention, MultiHeadAttention):
+            continue
+        positions = _positions_of(attention)
+        if positions is not NO_POSITIONS and positions.name != "none":
+            where = f"{type(module).__name__}" + (f".{name}" if name else "")
+            raise ValueError(
+                f"{where} has {positions.name} positions, which do not convert to "
+                "PyTorch: nn.MultiheadAttention (and nn.TransformerEncoderLayer, "
+                "nn.TransformerDecoderLayer, nn.Transformer built on it) cannot "
+                "express rotary, ALiBi or relative positions"
+            )
+
+
 def _attention_to_torch(
     ours: MultiHeadAttention, batch_first: bool
 ) -> nn.MultiheadAttention:
+    _refuse_positions(ours)
     if ours.kv_heads != ours.heads:
         raise ValueError(
             f"grouped-query attention (kv_heads={ours.kv_heads} < "
             f"heads={ours.heads}) has no nn.MultiheadAttention counterpart: "
             "PyTorch's module has as many key/value heads as query heads"
+        )
+    if (ours.b_q is None) != (ours.b_o is None):
+        raise ValueError(
+            f"q/k/v biases {'absent' if ours.b_q is None else 'present'} and the "
+            f"output bias {'absent' if ours.b_o is None else 'present'} (qkv_bias "
+            "!= bias) have no nn.MultiheadAttention counterpart: its bias sets both"
         )
     if ours.key * ours.heads != ours.layer or ours.val != ours.key:
         raise ValueError(
@@ -489,8 +519,11 @@ def to_torch(module: nn.Module, *, batch_first: bool = True) -> nn.Module:
     """The PyTorch module computing what the named ``module`` computes, weights copied.
 
     The inverse of :func:`from_torch` for its six kinds. Remember to negate boolean
-    masks (``~mask``) when calling the PyTorch module.
+    masks (``~mask``) when calling the PyTorch module. An attention anywhere in
+    ``module`` with a position scheme (rotary, ALiBi, relative) raises ValueError
+    naming it: PyTorch's modules cannot express one.
     """
+    _refuse_positions(module)
     if isinstance(module, MultiHeadAttention):
         theirs = _attention_to_torch(module, batch_first)
     elif isinstance(module, EncoderLayer):

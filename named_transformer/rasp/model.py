@@ -26,6 +26,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.core.masks import causal_mask
 from named_transformer.models.embedding import add_positions, embed
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
@@ -63,6 +64,10 @@ class CompiledModel(CountsParameters, nn.Module):
         output: the :class:`OutputVariable` decoding reads (kept as ``output``, its
             name, and ``output_values``, its categories or None).
         heads: for every attention block, the s-op each head computes.
+        causal: every attention block attends under the causal mask (a query sees
+            only the keys at or before it), as a model Tracr compiles with
+            ``causal=True`` does; its selectors then select among earlier positions
+            only.
     """
 
     def __init__(
@@ -76,6 +81,7 @@ class CompiledModel(CountsParameters, nn.Module):
         labels: Sequence[str],
         output: OutputVariable,
         heads: Sequence[Sequence[str]],
+        causal: bool = False,
     ) -> None:
         super().__init__()
         self.token_table = nn.Parameter(token_table, requires_grad=False)
@@ -85,6 +91,7 @@ class CompiledModel(CountsParameters, nn.Module):
         self.labels, self.output = list(labels), output.name
         self.output_values = None if output.values is None else list(output.values)
         self.heads = [list(h) for h in heads]
+        self.causal = causal
         self.max_length = position_table.shape[0] - 1
         names = [label.split(":")[0] for label in self.labels]
         dims = [i for i, name in enumerate(names) if name == output.name]
@@ -110,9 +117,10 @@ class CompiledModel(CountsParameters, nn.Module):
         stream = embed(tokens, self.token_table, scale=False)
         stream = add_positions(stream, self.position_table[:length])
         residuals, weights = [stream], []
+        mask = causal_mask(length, device=tokens.device) if self.causal else None
         for block in self.blocks:
             if isinstance(block, MultiHeadAttention):
-                update, pattern = block(stream, need_weights=True)
+                update, pattern = block(stream, mask=mask, need_weights=True)
                 weights.append(pattern)
             else:
                 update = block(stream)
@@ -186,4 +194,5 @@ class CompiledModel(CountsParameters, nn.Module):
             f"{len(self.blocks)} blocks ({attention} attention, "
             f"{len(self.blocks) - attention} feed-forward), layer={len(self.labels)}, "
             f"{self.num_parameters():,} parameters"
+            + (", causal" if self.causal else "")
         )

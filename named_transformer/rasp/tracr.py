@@ -62,7 +62,9 @@ def _tensor(array: Any, dtype: torch.dtype) -> torch.Tensor:
 def from_tracr(compiled: Any, *, dtype: torch.dtype = torch.float32) -> CompiledModel:
     """A Tracr ``AssembledTransformerModel`` as a :class:`CompiledModel`.
 
-    ``dtype`` float32 is Tracr's own (JAX's default).
+    ``dtype`` float32 is Tracr's own (JAX's default). A model compiled with
+    ``causal=True`` (kept in its ``model_config.causal``) attends under the causal
+    mask here too: the weights are the same, the mask is not.
     """
     _rasp()  # a clear ImportError without Tracr
     params, config = compiled.params, compiled.model_config
@@ -106,6 +108,7 @@ def from_tracr(compiled: Any, *, dtype: torch.dtype = torch.float32) -> Compiled
         labels=compiled.residual_labels, output=_output(compiled),
         heads=[[f"layer_{i}/head_{h}" for h in range(heads)]
                for i in range(config.num_layers)],
+        causal=bool(getattr(config, "causal", False)),
     )  # fmt: skip
 
 
@@ -174,15 +177,17 @@ def to_tracr(program: SOp) -> Any:
     return convert(program)
 
 
-def compile_with_tracr(program: SOp, vocabulary: Any, max_length: int) -> Any:
+def compile_with_tracr(
+    program: SOp, vocabulary: Any, max_length: int, *, causal: bool = False
+) -> Any:
     """Tracr's ``compile_rasp_to_model`` of :func:`to_tracr` ``(program)``, BOS
-    ``"BOS"``."""
+    ``"BOS"``; ``causal=True`` compiles a causally masked model."""
     _rasp()
     from tracr.compiler import compiling
 
     return compiling.compile_rasp_to_model(
         to_tracr(program), vocab=set(vocabulary), max_seq_len=max_length,
-        compiler_bos="BOS",
+        causal=causal, compiler_bos="BOS",
     )  # fmt: skip
 
 
