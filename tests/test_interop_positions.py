@@ -18,25 +18,33 @@ from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.text_encoder import TextEncoder
 from named_transformer.models.transformer import TransformerStacks
-from named_transformer.models.variants import POSITION_SCHEMES, SchemeRequest
+from named_transformer.models.variants import (
+    NO_POSITIONS,
+    SCHEMES,
+    position_scheme,
+)
 
 B, SEQ, LAYER, HEADS, HIDDEN, VOCAB, DISTANCE = 2, 5, 8, 2, 6, 11, 2
 TINY = TransformerConfig(
     encoder_layers=2, decoder_layers=2, layer=LAYER, heads=HEADS, hidden=HIDDEN,
     dropout=0.0,
 )  # fmt: skip
-#: every registered scheme, each both ways (ALiBi: causal and symmetric)
-SCHEMES = [
-    (name, causal) for name in sorted(POSITION_SCHEMES) for causal in (True, False)
+_PROBE = MultiHeadAttention(LAYER, HEADS)
+#: every registered scheme that gives the attention a part of its own
+POSITION_SCHEMES = [
+    kind
+    for kind, scheme in SCHEMES.items()
+    if scheme().part(_PROBE) is not NO_POSITIONS
 ]
+#: each of them both ways (ALiBi: causal and symmetric)
+BOTH_WAYS = [(name, causal) for name in POSITION_SCHEMES for causal in (True, False)]
 
 
-def attention(name, causal):
-    request = SchemeRequest(
-        LAYER, HEADS, options={"dropout": 0.0, "kv_heads": None}, causal=causal,
-        max_distance=DISTANCE,
-    )  # fmt: skip
-    return POSITION_SCHEMES[name](request).double()
+def attention(name, causal, **options):
+    scheme = position_scheme(name, max_distance=DISTANCE).within(causal)
+    return MultiHeadAttention(
+        LAYER, HEADS, dropout=0.0, positions=scheme, **options
+    ).double()
 
 
 def with_scheme(model, name, causal):
@@ -83,7 +91,7 @@ LEVELS = list(levels("rotary", True))
 
 
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize(("name", "causal"), SCHEMES)
+@pytest.mark.parametrize(("name", "causal"), BOTH_WAYS)
 def test_to_torch_refuses_a_position_scheme_in_one_line_naming_it(name, causal, level):
     module = levels(name, causal)[level]()
     scheme = attention(name, causal).position_scheme().name
@@ -95,7 +103,7 @@ def test_to_torch_refuses_a_position_scheme_in_one_line_naming_it(name, causal, 
     assert "cannot express rotary, ALiBi or relative positions" in message
 
 
-@pytest.mark.parametrize(("name", "causal"), SCHEMES)
+@pytest.mark.parametrize(("name", "causal"), BOTH_WAYS)
 def test_what_to_torch_used_to_return_computes_something_else(name, causal):
     """Why the refusal: the same weights in plain attention (what to_torch returned)
     give other outputs, so the module it returned was wrong, not merely different."""
@@ -145,9 +153,8 @@ def _llama(**options):
 
 def _schemed(model, name, layer=0):
     """``model`` with one layer's self-attention of the scheme ``name``."""
-    options = {"dropout": 0.0, "kv_heads": None, "bias": model.config.bias}
-    request = SchemeRequest(LAYER, HEADS, options, causal=True, max_distance=DISTANCE)
-    model.blocks.layers[layer].self_attention = POSITION_SCHEMES[name](request)
+    scheme = attention(name, True, bias=model.config.bias)
+    model.blocks.layers[layer].self_attention = scheme
     return model.double()
 
 
@@ -180,7 +187,7 @@ REFUSED = {
             lambda name=name: _schemed(_gpt2(), name),
             "positions and GPT-2's attention has none",
         )
-        for name in sorted(POSITION_SCHEMES)
+        for name in POSITION_SCHEMES
         if name != "rotary"
     },  # a rotary first layer makes it Llama's, refused as not Llama-like
     **{
@@ -188,14 +195,14 @@ REFUSED = {
             lambda name=name: _schemed(_bert(), name),
             "positions and BERT's attention has none",
         )
-        for name in sorted(POSITION_SCHEMES)
+        for name in POSITION_SCHEMES
     },
     **{
         f"Llama with a {name} layer": (
             lambda name=name: _schemed(_llama(), name, layer=1),
             "where Llama's attention is rotary of base 10000.0 in every layer",
         )
-        for name in sorted(POSITION_SCHEMES)
+        for name in POSITION_SCHEMES
         if name != "rotary"
     },
 }
@@ -220,7 +227,7 @@ def test_to_huggingface_still_converts_gpt2_and_computes_the_same():
         assert (ours(tokens) - want).abs().max() < 1e-12
 
 
-@pytest.mark.parametrize("name", sorted(POSITION_SCHEMES))
+@pytest.mark.parametrize("name", POSITION_SCHEMES)
 def test_export_onnx_keeps_the_position_scheme(name, tmp_path):
     """export_onnx traces the module, so the scheme is in the graph: onnxruntime's
     log-probabilities and attention weights equal the named model's at sizes other
