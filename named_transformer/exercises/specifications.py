@@ -54,7 +54,9 @@ def multihead_attention(
     $\mathsf{memory_v}$ (PyTorch's ``vdim`` when it differs from ``kdim``).
     ``score_bias`` is the additive bias $B$, shared by all heads. Returns (output,
     weights); the weights are None with ``fused=True`` or a ``block`` (neither forms
-    the whole table of weights).
+    the whole table of weights). A query with no allowed key attends to nothing: its
+    weights are zeros and its output is $b^O$ (zeros without it), with zero
+    gradient, never NaN.
     """
     return _library.multihead_attention(
         inputs, memory, w_q, w_k, w_v, w_o, mask, b_q, b_k, b_v, b_o, dropout,
