@@ -728,9 +728,12 @@ def _arguments(fn: Callable, args: tuple, kwargs: dict) -> list[_Annotated] | No
         return None
     annotated = []
     for name, value in bound.arguments.items():
-        match = _ANNOTATION.search(str(fn.__annotations__.get(name, "")))
+        hint = str(fn.__annotations__.get(name, ""))
+        match = _ANNOTATION.search(hint)
         if match and isinstance(value, torch.Tensor):
             annotated.append((f"argument '{name}'", value, match[1], match[2].split()))
+        elif match and hint.strip() == f"{match[0]}]":  # a tensor, and nothing else
+            annotated.insert(0, (f"argument '{name}'", value, match[1], []))
     annotated.sort(key=lambda item: not isinstance(item[1], torch.nn.Parameter))
     return annotated
 
@@ -738,6 +741,8 @@ def _arguments(fn: Callable, args: tuple, kwargs: dict) -> list[_Annotated] | No
 def _conflict(annotated: list[_Annotated], seen: dict) -> str | None:
     """The first tensor of ``annotated`` whose dtype or axes disagree, in words."""
     for label, value, kind, dims in annotated:
+        if not isinstance(value, torch.Tensor):
+            return f"{label} is {type(value).__name__} {value!r:.40}, not a tensor"
         if not _KINDS.get(kind, lambda t: True)(value):
             return f"{label} has dtype {value.dtype}, not {kind}"
         problem = _bind(label, tuple(value.shape), dims, seen)

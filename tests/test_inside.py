@@ -405,8 +405,8 @@ def test_induction_scores_refuse_tokens_without_one_pair_of_copies():
             model(tokens)
         with pytest.raises(ValueError, match=refusal):
             nt.induction_scores(found, tokens)
-    with pytest.raises(TypeError, match="reads the period from the tokens"):
-        nt.induction_scores(found, 3)
+    with pytest.raises(TypeError, match="argument 'tokens' is int 3, not a tensor"):
+        nt.induction_scores(found, 3)  # 0.8.3's induction_scores(found, period)
     with pytest.raises(ValueError, match=r"tokens of shape \(2, 7\)"):
         nt.induction_scores(found, torch.cat([plain, plain]))
 

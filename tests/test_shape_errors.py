@@ -275,6 +275,10 @@ def test_the_first_line_says_what_is_wrong_in_one_sentence(name):
             "argument 'mask' has dtype torch.float32, not Bool",
         ),
         (
+            lambda: nt.softmax(2.0, MASK),
+            "argument 'scores' is float 2.0, not a tensor",
+        ),
+        (
             lambda: nt.attention(r(KEY), KEYS, VALUES),
             f"argument 'queries' has 1 axis ({KEY},), but '*batch seq_q key' needs "
             "2 or more",

@@ -271,8 +271,9 @@ def _two_copies(tokens: Tensor) -> tuple[int, int]:
     )
 
 
+@checked
 def induction_scores(
-    found: Record, tokens: Tensor, *, template: str = WEIGHTS
+    found: Record, tokens: Int[Tensor, "*batch seq"], *, template: str = WEIGHTS
 ) -> Named:
     r""":func:`induction_score` of every head (``layers heads``, the mean over the
     sequences) from its recorded weights on ``tokens`` (``*batch seq``, the model's
@@ -281,11 +282,6 @@ def induction_scores(
     ($T$ the longest period written twice, the start the one position it fits at;
     refused when none or several fit), never assumed: a start token assumed away
     would move every query of the second copy by one."""
-    if not isinstance(tokens, Tensor) or tokens.is_floating_point():
-        raise TypeError(
-            f"induction_scores reads the period from the tokens the model ran on "
-            f"(an integer tensor), not from a {type(tokens).__name__}"
-        )
     weights = found.stack(template).to("layers *batch heads seq_q seq")
     batch_and_seq = (*weights.shape[1:-3], weights.shape[-2])
     if tuple(tokens.shape) != batch_and_seq:
