@@ -1045,6 +1045,18 @@ def test_a_right_implementation_written_another_way_passes(name, way, fn):
     assert result.status == "passed", result.line()
 
 
+def test_every_docstring_promising_zeros_for_a_masked_row_is_checked_on_one():
+    for name, exercise in EXERCISES.items():
+        function = exercise.library_function
+        if exercise.method is not None:
+            function = getattr(function, exercise.method)
+        if "never NaN" in (inspect.getdoc(inspect.unwrap(function)) or ""):
+            checks = [check.__name__ for check in exercise.checks]
+            assert any("fully" in check for check in checks), (name, checks)
+    multihead = EXERCISES["multihead_attention"].library_function
+    assert "never NaN" in inspect.getdoc(multihead)  # 0.8.3 promised nothing there
+
+
 def test_every_softmax_check_has_a_right_implementation_beside_the_wrong_ones():
     stable = {name for name, checks in CHECKS.items()
               if any("stable" in check.__name__ for check in checks)}  # fmt: skip
