@@ -152,7 +152,9 @@ def checked(fn: _F) -> _F:
     a ``float`` is annotated. Decorate functions and ``forward`` methods, never a class:
     a decorated class checks nothing. Honours :func:`shape_checks` at call time. A
     failed check raises jaxtyping's ``TypeCheckError`` whose first line says what is
-    wrong, e.g. ``axis 'seq' is 8 in argument 'mask' but 9 in argument 'keys'``.
+    wrong, e.g. ``axis 'seq' is 8 in argument 'mask' but 9 in argument 'keys'``, or
+    for a wrong result ``axis 'seq_q' is 3 in argument 'queries' but 5 in the return
+    value``.
 
     A call whose arguments pass the quick check (:class:`_QuickCheck`: the same rules,
     read once from the annotations; a call like one that passed, remembered) runs
@@ -174,15 +176,20 @@ def checked(fn: _F) -> _F:
         if jaxtyping.config.jaxtyping_disable or torch.compiler.is_compiling():
             return fn(*args, **kwargs)
         result = read_quick().run(fn, args, kwargs)
-        if result is not _REJECTED:
+        if result is not _REJECTED and type(result) is not _WrongResult:
             return result
         # rejected arguments, or a wrong result (a bug in fn: the call again), for
         # the full check's verdict and its error
         try:
             return typed(*args, **kwargs)
         except TypeCheckError as error:
-            fresh = _about_arguments(error) and not hasattr(error, "summary")
-            summary = _summary(fn, args, kwargs) if fresh else None
+            summary = None
+            if hasattr(error, "summary"):  # an inner call's, summarised there
+                raise
+            if _about_arguments(error):
+                summary = _summary(fn, args, kwargs)
+            elif type(result) is _WrongResult and _about_result(error):
+                summary = _result_summary(fn, args, kwargs, result.value)
             if summary is None:
                 raise
             summarised = TypeCheckError(f"{summary}\n\n{error}")
@@ -262,7 +269,8 @@ class _QuickCheck:
         return read
 
     def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
-        """``fn``'s result if the arguments and the result pass, else ``_REJECTED``.
+        """``fn``'s result if the arguments and the result pass, else ``_REJECTED``
+        (or, for a result that does not fit, the result in a ``_WrongResult``).
 
         A verdict depends only on what :func:`_fingerprint` keeps of the checked
         values (types, dtypes, shapes) when every hint is decided by them, as arrays
@@ -283,8 +291,10 @@ class _QuickCheck:
             return result
         if axes is None:  # arguments seen before: their sizes again, for the result
             axes = self.arguments(args, kwargs)
-        if axes is None or not self.fits(result, axes):
+        if axes is None:
             return _REJECTED
+        if not self.fits(result, axes):
+            return _WrongResult(result)  # kept for the one-line summary
         self._remember(outcome)
         return result
 
@@ -367,6 +377,12 @@ class _Axes(NamedTuple):
 
 _FULL = _FullCheck()
 _REJECTED = object()  # what the quick check cannot pass: the full check decides
+
+
+class _WrongResult(NamedTuple):
+    """A result the quick check rejected, for the summary of the full check's error."""
+
+    value: Any
 
 
 class _Default:
@@ -696,6 +712,45 @@ def _about_arguments(error: TypeCheckError) -> bool:
     return "checking the parameters" in str(error)
 
 
+def _about_result(error: TypeCheckError) -> bool:
+    return "checking the return value" in str(error)
+
+
+_Annotated = tuple[str, torch.Tensor, str, list[str]]  # label, value, kind, axes
+
+
+def _arguments(fn: Callable, args: tuple, kwargs: dict) -> list[_Annotated] | None:
+    """The annotated tensor arguments, a module's weights (parameters) first: they
+    are right, and the input that disagrees with one is named."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return None
+    annotated = []
+    for name, value in bound.arguments.items():
+        hint = str(fn.__annotations__.get(name, ""))
+        match = _ANNOTATION.search(hint)
+        if match and isinstance(value, torch.Tensor):
+            annotated.append((f"argument '{name}'", value, match[1], match[2].split()))
+        elif match and hint.strip() == f"{match[0]}]":  # a tensor, and nothing else
+            annotated.insert(0, (f"argument '{name}'", value, match[1], []))
+    annotated.sort(key=lambda item: not isinstance(item[1], torch.nn.Parameter))
+    return annotated
+
+
+def _conflict(annotated: list[_Annotated], seen: dict) -> str | None:
+    """The first tensor of ``annotated`` whose dtype or axes disagree, in words."""
+    for label, value, kind, dims in annotated:
+        if not isinstance(value, torch.Tensor):
+            return f"{label} is {type(value).__name__} {value!r:.40}, not a tensor"
+        if not _KINDS.get(kind, lambda t: True)(value):
+            return f"{label} has dtype {value.dtype}, not {kind}"
+        problem = _bind(label, tuple(value.shape), dims, seen)
+        if problem:
+            return problem
+    return None
+
+
 def _summary(fn: Callable, args: tuple, kwargs: dict) -> str | None:
     """One line naming the conflict of a failed check of ``fn``'s arguments.
 
@@ -704,37 +759,57 @@ def _summary(fn: Callable, args: tuple, kwargs: dict) -> str | None:
     with. A module's weights (parameters) are read first, so a wrong input is blamed,
     not the weight it meets.
     """
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-    except TypeError:
+    annotated = _arguments(fn, args, kwargs)
+    return None if annotated is None else _conflict(annotated, {})
+
+
+def _result_summary(
+    fn: Callable, args: tuple, kwargs: dict, result: Any
+) -> str | None:
+    """One line naming the conflict of ``fn``'s result with the axes its arguments
+    bound: ``axis 'seq' is 5 in argument 'keys' but 3 in the return value``.
+
+    The tensors of the return annotation are read in order: one for a tensor
+    result, as many in a row as a tuple result has items (the first such row that
+    does not fit is named). None where no reading explains the rejection."""
+    annotated = _arguments(fn, args, kwargs)
+    seen: dict = {}
+    if annotated is None or _conflict(annotated, seen) is not None:
         return None
-    annotated = []
-    for name, value in bound.arguments.items():
-        match = _ANNOTATION.search(str(fn.__annotations__.get(name, "")))
-        if match and isinstance(value, torch.Tensor):
-            annotated.append((name, value, match[1], match[2].split()))
-    # a module's weights first: they are right, and the input that disagrees is named
-    annotated.sort(key=lambda item: not isinstance(item[1], torch.nn.Parameter))
-    seen: dict[str, tuple[int, str]] = {}
-    for name, value, kind, dims in annotated:
-        if not _KINDS.get(kind, lambda t: True)(value):
-            return f"argument '{name}' has dtype {value.dtype}, not {kind}"
-        problem = _bind(name, tuple(value.shape), dims, seen)
-        if problem:
-            return problem
-    return None
+    returned = _ANNOTATION.findall(str(fn.__annotations__.get("return", "")))
+    items = result if isinstance(result, tuple) else (result,)
+    labels = (
+        [f"item {i} of the return value" for i in range(len(items))]
+        if isinstance(result, tuple)
+        else ["the return value"]
+    )
+    first = None
+    for start in range(len(returned) - len(items) + 1):
+        reading = [
+            (label, value, kind, axes.split())
+            for label, value, (kind, axes) in zip(
+                labels, items, returned[start : start + len(items)], strict=True
+            )
+            if isinstance(value, torch.Tensor)
+        ]
+        problem = _conflict(reading, dict(seen))
+        if problem is None:
+            return None  # a reading that fits: the rejection is not about axes
+        first = first or problem
+    return first
 
 
 def _bind(
-    name: str, shape: tuple[int, ...], dims: list[str], seen: dict[str, tuple[int, str]]
+    label: str, shape: tuple[int, ...], dims: list[str], seen: dict[str, tuple]
 ) -> str | None:
-    """Bind the named axes of one argument; the first conflict, in words."""
+    """Bind the named axes of one tensor (``label``: ``argument 'keys'``); the first
+    conflict, in words. ``*batch`` binds the sizes it covers as one."""
     variadic = [i for i, d in enumerate(dims) if d.startswith(("*", "#*"))]
     fixed = len(dims) - len(variadic)
     if len(shape) < fixed or (not variadic and len(shape) != fixed):
         wanted = f"{fixed} or more" if variadic else str(fixed)
         axes = "axis" if len(shape) == 1 else "axes"
-        return (f"argument '{name}' has {len(shape)} {axes} {shape}, but "
+        return (f"{label} has {len(shape)} {axes} {shape}, but "
                 f"'{' '.join(dims)}' needs {wanted}")  # fmt: skip
     split = variadic[0] if variadic else len(dims)
     after = len(dims) - split - 1 if variadic else 0
@@ -748,9 +823,16 @@ def _bind(
         if axis in seen and seen[axis][0] != size:
             if not (seen[axis][0] == 1 and broadcast):
                 first, where = seen[axis]
-                return (f"axis '{axis}' is {first} in argument '{where}' but {size} "
-                        f"in argument '{name}'")  # fmt: skip
-        seen.setdefault(axis, (size, name))
+                return (f"axis '{axis}' is {first} in {where} but {size} "
+                        f"in {label}")  # fmt: skip
+        seen.setdefault(axis, (size, label))
+    if variadic and dims[split][1:].isidentifier():  # *batch, not *#batch or ...
+        sizes, star = shape[split : len(shape) - after], dims[split]
+        if star in seen and seen[star][0] != sizes:
+            first, where = seen[star]
+            return (f"axes '{star}' are {first} in {where} but {sizes} "
+                    f"in {label}")  # fmt: skip
+        seen.setdefault(star, (sizes, label))
     return None
 
 

@@ -2,6 +2,8 @@
 TransformerLens records equals its named counterpart (TransformerLens is the reference
 only: a test dependency)."""
 
+import re
+
 import pytest
 import torch
 
@@ -261,8 +263,55 @@ def test_bad_edits_and_names_are_one_clear_line():
             model(tokens)
     with record(model) as found:
         model(tokens)
-    with pytest.raises(KeyError, match="recorded under that last name"):
+    with pytest.raises(KeyError, match="the nearest recorded: 'blocks.layers.0.self"):
         found["layers.0.self_attention.weights"]
+
+
+def test_a_name_or_pattern_that_matches_no_tap_is_refused_with_the_nearest():
+    # a misspelt name edited nothing and recorded nothing, silently
+    model, tokens = gpt2_layout(), _tokens(2, 7)
+    attended = "blocks.layers.1.self_attention.attended"
+    typo = "blocks.layer.1.self_attention.attended"
+    for change in (ablate("heads", 2), patch(None), torch.zeros(2, 3, 7, 4)):
+        with pytest.raises(ValueError, match=rf"name to edit '{typo}' matches no tap"
+                           rf".*nearest: '{attended}'"):  # fmt: skip
+            with edit(model, {typo: change}):
+                model(tokens)
+    weights = "blocks.layers.0.self_attention.weights"
+    for pattern, near in (("*.weight", weights), ("blocks.layers.7.*", "blocks.")):
+        with pytest.raises(ValueError, match=rf"record '{re.escape(pattern)}' matches"
+                           rf" no tap.*nearest: '{near}"):  # fmt: skip
+            with record(model, ["*.keys", pattern]):
+                model(tokens)
+    with pytest.raises(ValueError, match="no tap ran in the block"):
+        with record(model, "*.weights"):
+            pass
+    with pytest.raises(ValueError, match="matches no tap"):
+        nt.patching_grid(model, lambda: model(tokens), lambda out: out.sum(),
+                         "blocks.layer.{}.self_attention.attended",
+                         "heads")  # fmt: skip
+    with record(model) as found:
+        model(tokens)
+    with pytest.raises(KeyError, match=f"nothing was recorded as '{weights[:-1]}'; "
+                       f"the nearest recorded: '{weights}'"):  # fmt: skip
+        found[weights[:-1]]
+    # an error of the block itself is not hidden behind the refusal
+    with pytest.raises(RuntimeError, match="the block's own"):
+        with edit(model, {typo: ablate("heads", 2)}):
+            raise RuntimeError("the block's own error")
+
+
+def test_an_edit_inside_a_record_of_the_same_model_is_named_by_its_path():
+    # the inner block read a copy of the outer one's module paths: bare names
+    model, tokens = gpt2_layout(), _tokens(2, 7)
+    attended = "blocks.layers.1.self_attention.attended"
+    with record(model, "*.attended") as found:
+        with edit(model, {attended: ablate("heads", 0)}):
+            edited = model(tokens)
+    assert sorted(found) == [attended.replace("1", "0"), attended]
+    assert not found[attended].tensor[:, 0].any()
+    with edit(model, {attended: ablate("heads", 0)}):
+        assert torch.equal(model(tokens), edited)
 
 
 def test_recording_works_on_a_function_called_directly():
@@ -325,13 +374,41 @@ def test_induction_and_previous_token_scores_are_their_diagonals():
     with record(model, "*.weights") as found:
         model(tokens)
     weights = found.stack("blocks.layers.{}.self_attention.weights").tensor.detach()
-    induction = nt.induction_scores(found, period)
+    induction = nt.induction_scores(found, tokens)
     previous = nt.previous_token_scores(found)
     assert induction.axes == previous.axes == "layers heads"
     expected = _diagonal_reference(weights, 1 - period, range(period, 2 * period))
     torch.testing.assert_close(induction.tensor, expected)
     expected = _diagonal_reference(weights, -1, range(1, 2 * period))
     torch.testing.assert_close(previous.tensor, expected)
+
+
+def test_induction_scores_find_the_copies_after_a_start_token():
+    # 0.8.3 took the period and assumed start 0: a BOS token shifted every query
+    model, period = gpt2_layout(), 5
+    copies = nt.repeated_tokens(VOCAB, period, batch=3, seed=1, low=1)
+    tokens = torch.cat([torch.zeros(3, 1, dtype=torch.long), copies], 1)  # BOS 0
+    with record(model, "*.weights") as found:
+        model(tokens)
+    weights = found.stack("blocks.layers.{}.self_attention.weights").tensor.detach()
+    expected = _diagonal_reference(weights, 1 - period,
+                                   range(1 + period, 1 + 2 * period))  # fmt: skip
+    torch.testing.assert_close(nt.induction_scores(found, tokens).tensor, expected)
+
+
+def test_induction_scores_refuse_tokens_without_one_pair_of_copies():
+    model = gpt2_layout()
+    ambiguous = torch.tensor([[3, 1, 2, 3, 1, 2, 3]])  # 312|312 from 0, 123|123 from 1
+    plain = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
+    for tokens, refusal in ((ambiguous, "ambiguous"), (plain, "no two copies")):
+        with record(model, "*.weights") as found:
+            model(tokens)
+        with pytest.raises(ValueError, match=refusal):
+            nt.induction_scores(found, tokens)
+    with pytest.raises(TypeError, match="argument 'tokens' is int 3, not a tensor"):
+        nt.induction_scores(found, 3)  # 0.8.3's induction_scores(found, period)
+    with pytest.raises(ValueError, match=r"tokens of shape \(2, 7\)"):
+        nt.induction_scores(found, torch.cat([plain, plain]))
 
 
 def test_the_patching_grid_of_ablations_equals_zeroed_w_o_slices():

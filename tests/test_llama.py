@@ -355,6 +355,33 @@ def test_the_name_tables_list_every_tensor():
         nt.checkpoint_names("t5")
 
 
+@pytest.mark.parametrize(
+    "theirs",
+    ["gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish"],
+)
+def test_each_activation_name_a_config_gives_is_transformers_own(theirs):
+    from transformers.activations import ACT2FN
+
+    from named_transformer.interop.huggingface import _activation
+    from named_transformer.models.sublayers import ACTIVATIONS
+
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float64)
+    ours = ACTIVATIONS[_activation(theirs)](x)
+    assert (ours - ACT2FN[theirs](x)).abs().max() <= 1e-10
+
+
+def test_a_gelu_fast_model_converts_and_equals_its_reference():
+    # 0.8.3 refused hidden_act="gelu_fast", the tanh GELU it has
+    theirs = in_float64(reference("llama-gqa-untied", torch.float64,
+                                  hidden_act="gelu_fast"))  # fmt: skip
+    ours = nt.from_huggingface(theirs)
+    assert ours.blocks.layers[0].feed_forward.activation == "gelu_tanh"
+    batch = tokens(CONFIGS["llama-gqa-untied"][1]["vocab_size"])
+    with torch.no_grad():
+        expected = theirs(batch).logits.log_softmax(-1)
+        assert (ours(batch) - expected).abs().max() <= 1e-10
+
+
 # --------------------------------------------------------- configs that do not fit
 
 

@@ -5,10 +5,12 @@ import pkgutil
 
 import pytest
 import torch
-from jaxtyping import TypeCheckError
+from jaxtyping import Float, TypeCheckError
+from torch import Tensor
 
 import named_transformer as nt
 import named_transformer.core
+from named_transformer.axes import checked
 from named_transformer.core.alibi import alibi_bias
 from named_transformer.core.blockwise import blockwise_attention
 from named_transformer.core.rotary import rotate
@@ -273,6 +275,10 @@ def test_the_first_line_says_what_is_wrong_in_one_sentence(name):
             "argument 'mask' has dtype torch.float32, not Bool",
         ),
         (
+            lambda: nt.softmax(2.0, MASK),
+            "argument 'scores' is float 2.0, not a tensor",
+        ),
+        (
             lambda: nt.attention(r(KEY), KEYS, VALUES),
             f"argument 'queries' has 1 axis ({KEY},), but '*batch seq_q key' needs "
             "2 or more",
@@ -284,6 +290,58 @@ def test_the_summary_names_the_axis_both_sizes_and_both_arguments(call, summary)
         call()
     assert str(error.value).splitlines()[0] == summary
     assert "Called with parameters" in str(error.value)  # jaxtyping's detail follows
+
+
+# results a buggy function returns: the keys' scores against the queries, a tuple
+# whose second item lost key channels, a result without the batch axes, token ids
+@checked
+def _scores_transposed(
+    queries: Float[Tensor, "*batch seq_q key"], keys: Float[Tensor, "*batch seq key"]
+) -> Float[Tensor, "*batch seq_q seq"]:
+    return keys @ queries.mT
+
+
+@checked
+def _pair_cut(
+    queries: Float[Tensor, "*batch seq_q key"], keys: Float[Tensor, "*batch seq key"]
+) -> tuple[Float[Tensor, "*batch seq_q seq"], Float[Tensor, "*batch seq key"] | None]:
+    return queries @ keys.mT, keys[..., :2]
+
+
+@checked
+def _first_only(
+    queries: Float[Tensor, "*batch seq_q key"],
+) -> Float[Tensor, "*batch seq_q key"] | tuple[Float[Tensor, "*batch seq_q key"]]:
+    return queries[0]
+
+
+@checked
+def _rounded(queries: Float[Tensor, "*batch seq_q key"]) -> Float[Tensor, "*batch"]:
+    return queries.sum((-1, -2)).long()
+
+
+@pytest.mark.parametrize(
+    ("call", "summary"),
+    [
+        (lambda: _scores_transposed(QUERIES, KEYS),
+         f"axis 'seq_q' is {SEQ_Q} in argument 'queries' but {SEQ} in the return "
+         "value"),
+        (lambda: _pair_cut(QUERIES, KEYS),
+         f"axis 'key' is {KEY} in argument 'queries' but 2 in item 1 of the return "
+         "value"),
+        (lambda: _first_only(QUERIES),
+         f"axes '*batch' are ({B},) in argument 'queries' but () in the return value"),
+        (lambda: _rounded(QUERIES),
+         "the return value has dtype torch.int64, not Float"),
+    ],
+)  # fmt: skip
+def test_a_wrong_result_names_the_return_value_the_axis_and_both_sizes(call, summary):
+    # 0.8.3's first line: "Type-check error whilst checking the return value of ..."
+    for _ in range(2):  # the full check's path, then the quick check's remembered one
+        with pytest.raises(TypeCheckError) as error:
+            call()
+        assert str(error.value).splitlines()[0] == summary
+        assert "checking the return value" in str(error.value)  # jaxtyping's detail
 
 
 def test_a_module_blames_its_input_not_its_weight():

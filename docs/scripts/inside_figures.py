@@ -58,7 +58,7 @@ def minilm(out: Path, quick: bool) -> list[Path]:
     template = "encoder.blocks.layers.{}.self_attention.weights"
     with torch.no_grad(), nt.record(encoder, "*.weights") as found:
         encoder(tokens, torch.ones_like(tokens, dtype=torch.bool))
-    induction = nt.induction_scores(found, PERIOD, start=1, template=template).tensor
+    induction = nt.induction_scores(found, tokens, template=template).tensor
     previous = nt.previous_token_scores(found, start=1, template=template).tensor
     return [scores_figure(induction, previous, "all-MiniLM-L6-v2",
                           out / "minilm-scores.png")]  # fmt: skip
@@ -73,7 +73,7 @@ def smollm2(out: Path, quick: bool) -> list[Path]:
     with torch.no_grad(), nt.shape_checks(False):
         with nt.record(chat.model, "*.weights") as found:
             chat.model(tokens)
-    induction = nt.induction_scores(found, SMOLLM2_PERIOD, template=template).tensor
+    induction = nt.induction_scores(found, tokens, template=template).tensor
     previous = nt.previous_token_scores(found, template=template).tensor
     written = [scores_figure(induction, previous, "SmolLM2-135M-Instruct",
                              out / "smollm2-scores.png")]  # fmt: skip

@@ -56,7 +56,9 @@ def multihead_attention(
     $\mathsf{memory_v}$ (PyTorch's ``vdim`` when it differs from ``kdim``).
     ``score_bias`` is the additive bias $B$, shared by all heads. Returns (output,
     weights); the weights are None with ``fused=True`` or a ``block`` (neither forms
-    the whole table of weights).
+    the whole table of weights). A query with no allowed key attends to nothing: its
+    weights are zeros and its output is $b^O$ (zeros without it), with zero
+    gradient, never NaN.
     """
     core = FUSED if fused else MATERIALISE if block is None else Blockwise(block)
     heads = project_qkv(

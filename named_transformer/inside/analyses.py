@@ -244,14 +244,52 @@ def _mean_over_batch(scores: Tensor) -> Named:
                  "layers heads")  # fmt: skip
 
 
+def _two_copies(tokens: Tensor) -> tuple[int, int]:
+    r"""``(start, period)`` of the two copies in ``tokens``: the longest period $T$
+    for which one start $s$ has ``tokens[..., s:s+T] == tokens[..., s+T:s+2T]`` in
+    every sequence ($s = 1$ after a ``[CLS]`` or BOS token). Refused when no such
+    pair of copies is there, or when several starts fit (the copies' position would
+    be a guess)."""
+    rows = rearrange(tokens, "... seq -> (...) seq").tolist()
+    seq = len(rows[0])
+    for period in range(seq // 2, 1, -1):
+        starts = [
+            start for start in range(seq - 2 * period + 1)
+            if all(row[start : start + period] == row[start + period :][:period]
+                   for row in rows)
+        ]  # fmt: skip
+        if len(starts) > 1:
+            raise ValueError(
+                f"the tokens hold two copies of period {period} from positions "
+                f"{starts[0]} and {starts[1]} alike: the copies' start is ambiguous"
+            )
+        if starts:
+            return starts[0], period
+    raise ValueError(
+        f"the tokens hold no two copies of a sequence ({seq} positions): an "
+        "induction score needs a sequence written twice (repeated_tokens)"
+    )
+
+
+@checked
 def induction_scores(
-    found: Record, period: int, *, start: int = 0, template: str = WEIGHTS
+    found: Record, tokens: Int[Tensor, "*batch seq"], *, template: str = WEIGHTS
 ) -> Named:
     r""":func:`induction_score` of every head (``layers heads``, the mean over the
-    sequences) from its recorded weights on :func:`repeated_tokens` of period $T$ =
-    ``period``, the first copy starting at position ``start`` (after a ``[CLS]`` or
-    BOS token, 1)."""
+    sequences) from its recorded weights on ``tokens`` (``*batch seq``, the model's
+    input: :func:`repeated_tokens`, after a ``[CLS]`` or BOS token or not). The
+    period $T$ and the first copy's start are read from the tokens
+    ($T$ the longest period written twice, the start the one position it fits at;
+    refused when none or several fit), never assumed: a start token assumed away
+    would move every query of the second copy by one."""
     weights = found.stack(template).to("layers *batch heads seq_q seq")
+    batch_and_seq = (*weights.shape[1:-3], weights.shape[-2])
+    if tuple(tokens.shape) != batch_and_seq:
+        raise ValueError(
+            f"tokens of shape {tuple(tokens.shape)} for weights recorded on "
+            f"{batch_and_seq} (*batch seq_q): pass the tokens the model ran on"
+        )
+    start, period = _two_copies(tokens)
     return _mean_over_batch(induction_score(weights, period, start))
 
 

@@ -25,8 +25,9 @@ $\mathsf{seq}$ too, so its values carry ``"*batch hidden"``, as its signature sa
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from fnmatch import fnmatchcase
 from typing import NamedTuple, TypeVar
@@ -156,9 +157,46 @@ class Record(Mapping[str, Named]):
 
 
 def _missing(name: str, known: Mapping[str, object]) -> str:
-    near = [k for k in known if k.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]]
-    hint = f"; recorded under that last name: {near[:4]}" if near else ""
+    near = _nearest(name, known)
+    hint = f"; the nearest recorded: {', '.join(near)}" if near else ""
     return f"nothing was recorded as {name!r}{hint}"
+
+
+def _nearest(name: str, known: Iterable[str], count: int = 3) -> list[str]:
+    """The names of ``known`` nearest ``name`` (difflib's ratio); else their paths
+    cut to as many parts as ``name`` has (``blocks.layers.9.*`` finds
+    ``blocks.layers.1.self_attention``); else one name for each nearest last part
+    (``*.weight`` finds ``blocks.layers.0.self_attention.weights``)."""
+    known = sorted(set(known))
+    depth = name.count(".") + 1
+    cut = sorted({".".join(full.split(".")[:depth]) for full in known})
+    for pool in (known, cut):
+        near = difflib.get_close_matches(name, pool, n=count, cutoff=0.6)
+        if near:
+            return [repr(n) for n in near]
+    last: dict[str, str] = {}
+    for full in known:
+        last.setdefault(full.rsplit(".", 1)[-1], full)
+    parts = difflib.get_close_matches(name.rsplit(".", 1)[-1], list(last), n=count)
+    return [repr(last[part]) for part in parts]
+
+
+def _unmatched(ran: set[str], found: Record | None, edits: Mapping[str, Edit]) -> None:
+    """Refuse a name to edit, or a pattern to record, that matched no tap of the
+    block: the edit or the record would silently do nothing."""
+    patterns = () if found is None or found.names is None else found.names
+    missing = [p for p in patterns if not any(fnmatchcase(n, p) for n in ran)]
+    missing += [name for name in edits if name not in ran]
+    if not missing:
+        return
+    what = "pattern to record" if missing[0] in patterns else "name to edit"
+    near = _nearest(missing[0], ran)
+    hint = f"; the nearest: {', '.join(near)}" if near else ""
+    if not ran:
+        hint = "; no tap ran in the block (was the model called inside it?)"
+    raise ValueError(
+        f"the {what} {missing[0]!r} matches no tap that ran in the block{hint}"
+    )
 
 
 class _Session:
@@ -169,6 +207,7 @@ class _Session:
         self.records, self.edits = records, edits
         self.scopes: list[str] = []
         self.hooked: set[int] = set()
+        self.ran: set[str] = set()  # every tap named while the block ran
 
     def full(self, name: str) -> str:
         scope = self.scopes[-1] if self.scopes else ""
@@ -178,10 +217,12 @@ class _Session:
         """Whether the value ``name`` (in the current module) is recorded or edited:
         a value computed only to be looked at is computed only then."""
         full = self.full(name)
+        self.ran.add(full)  # a tap of the model, though it may not run
         return full in self.edits or any(r.wants(full) for r in self.records)
 
     def tap(self, name: str, tensor: Tensor, axes: str) -> Tensor:
         full = self.full(name)
+        self.ran.add(full)
         change = self.edits.get(full)
         if change is not None:
             new = change(Named(tensor, axes)) if callable(change) else change
@@ -278,7 +319,8 @@ def _session(
     if outer is not None:
         session.records = outer.records + session.records
         session.edits = {**outer.edits, **session.edits}
-        session.scopes, session.hooked = list(outer.scopes), set(outer.hooked)
+        # one stack of module paths: the outer session's hooks push onto it
+        session.scopes, session.hooked = outer.scopes, set(outer.hooked)
     handles = [] if model is None else _hook(session, model)
     token = _ACTIVE.set(session)
     _SESSIONS.append(session)
@@ -289,6 +331,9 @@ def _session(
         _ACTIVE.reset(token)
         for handle in handles:
             handle.remove()
+        if outer is not None:
+            outer.ran |= session.ran
+    _unmatched(session.ran, found, edits)  # only when the block raised nothing
 
 
 # --8<-- [start:record]
@@ -302,7 +347,9 @@ def record(
     ``names``: patterns (``fnmatch``: ``"*.weights"``) of the names to keep; the others
     are not kept, and a value computed only to be looked at (the per-head
     contributions) is not computed. ``model``: the module whose paths prefix the names
-    (None: the bare tap names, for a function called directly).
+    (None: the bare tap names, for a function called directly). A pattern that
+    matches no tap that ran is refused when the block ends (a ``ValueError`` naming
+    the nearest taps): a misspelt name records nothing.
 
     Attention weights exist only where they are materialised: while its scores or
     weights are recorded or edited, an attention uses the materialising core, whatever
@@ -323,7 +370,9 @@ def edit(model: nn.Module | None, edits: Mapping[str, Edit]) -> Iterator[None]:
     """Replace tapped values while the block runs: ``edits`` maps a dotted name to a
     tensor of the same shape, or to a function of the :class:`Named` value that
     returns one (:func:`ablate`, :func:`patch`). Inside a :func:`record` block the
-    record keeps the edited values."""
+    record keeps the edited values. A name that no tap ran under is refused when the
+    block ends (a ``ValueError`` naming the nearest taps): a misspelt name would
+    edit nothing and leave the output as it was."""
     with _session(model, None, dict(edits)):
         yield
 

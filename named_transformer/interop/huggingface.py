@@ -247,9 +247,11 @@ def _llama_names(model: LanguageModel) -> list[_Name]:
 
 
 # their activation names -> ours; the first of each is what to_huggingface writes
+# transformers' names (its ACT2FN) of the activations the library has; gelu_fast
+# is the tanh GELU with sqrt(2/pi) written to ten digits (1e-12 from gelu_new)
 _ACTIVATIONS = {
     "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-    "relu": "relu", "silu": "silu", "swish": "silu",
+    "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu",
 }  # fmt: skip
 _THEIR_ACTIVATIONS = {ours: theirs for theirs, ours in reversed(_ACTIVATIONS.items())}
 # buffers some checkpoints carry: recomputed here, not weights

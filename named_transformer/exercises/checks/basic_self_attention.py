@@ -46,7 +46,7 @@ def basic_self_attention_stable_at_large_scores(impl: Check) -> None:
     inputs = _dyadic(2, 4, 3, seed=6)
     inputs[..., 0] = 128.0  # 128² = 16384; the rest keeps the scores exact
     _stable(impl(inputs), _equation(inputs.double()), "softmax(X·X)·X",
-            "for scores X·X of about 1.6e4 in float32")  # fmt: skip
+            "for scores X·X of about 1.6e4 in float32", 128.0**2)  # fmt: skip
 
 
 def basic_self_attention_wrong_shape(impl: Check) -> None:

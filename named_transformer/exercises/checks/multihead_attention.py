@@ -23,6 +23,7 @@ from named_transformer.exercises.checks._support import (
     _rejects,
     _stable,
     _unpack,
+    _zeros_and_zero_gradient,
 )
 
 
@@ -136,6 +137,27 @@ def multihead_attention_fused_or_blocked(impl: Check) -> None:
             )
 
 
+def multihead_attention_fully_masked_query(impl: Check) -> None:
+    """A query with no allowed key gets zero weights and a zero output (no b^O),
+    never NaN, with zero gradient; the other queries are unchanged."""
+    inputs, memory = _randn(2, 3, 6, seed=61), _randn(2, 5, 7, seed=62)
+    weights = _head_weights(6, 7, 63)
+    mask = _key_padding([2, 5], 5).repeat(1, 3, 1)
+    mask[0, 1] = False  # query 1 of sequence 0 may attend no key
+    for index, what in ((0, "output"), (1, "weights")):
+        found = _zeros_and_zero_gradient(
+            lambda x, m, index=index: _unpack(
+                impl(x, m, *weights, mask), "output, weights")[index],
+            {"inputs": inputs, "memory": memory},
+            (0, 1) if index == 0 else (0, slice(None), 1),
+            f"a query with no allowed key ({what})",
+        )  # fmt: skip
+        _close(found, _multihead(inputs, memory, weights, mask)[index],
+               "the heads' attention merged by W^O" if index == 0
+               else "each head's softmax(Q·K/√|key| + M)",
+               f"({what}) for the other queries, one query fully masked")  # fmt: skip
+
+
 def multihead_attention_stable_at_large_scores(impl: Check) -> None:
     """Head 0's scores about +2e4, head 1's about -2e4, in float32: no overflow."""
     inputs, weights = _large_head_weights(seed=60)
@@ -164,6 +186,7 @@ CHECKS: dict[str, tuple[Check, ...]] = {
                             multihead_attention_biases, multihead_attention_values_from,
                             multihead_attention_score_bias,
                             multihead_attention_fused_or_blocked,
+                            multihead_attention_fully_masked_query,
                             multihead_attention_stable_at_large_scores,
                             multihead_attention_wrong_shape),
 }  # fmt: skip
