@@ -160,10 +160,13 @@ def checked(fn: _F) -> _F:
     axes its arguments bound. Any other call goes through them, which accept it or
     raise their error; so does a call whose result the quick check rejects, run a
     second time to get their error. While ``torch.compile`` traces, calls run
-    unchecked: check shapes with an eager call.
+    unchecked: check shapes with an eager call. An equation marked with a faster
+    equal function (``fn.faster``, :func:`~named_transformer.core.fast.stand_in`) is
+    checked by its own annotations, and the faster function computes the call.
     """
     typed = jaxtyped(typechecker=_typechecker)(fn)
     read_quick = _QuickCheck.later(fn)
+    runs = getattr(fn, "faster", fn)  # what computes a call: fn, or its stand-in
 
     @functools.wraps(fn)
     def check(*args: Any, **kwargs: Any) -> Any:
@@ -172,8 +175,8 @@ def checked(fn: _F) -> _F:
         # alone), and the full check's own Python does not trace (beartype's verdict
         # on a traced mask's result is its error path, which graph-breaks)
         if jaxtyping.config.jaxtyping_disable or torch.compiler.is_compiling():
-            return fn(*args, **kwargs)
-        result = read_quick().run(fn, args, kwargs)
+            return runs(*args, **kwargs)
+        result = read_quick().run(runs, args, kwargs)
         if result is not _REJECTED:
             return result
         # rejected arguments, or a wrong result (a bug in fn: the call again), for
@@ -190,6 +193,7 @@ def checked(fn: _F) -> _F:
             raise summarised from None
 
     check.quick_check = read_quick  # type: ignore[attr-defined]  # for the tests
+    check.equation = fn  # type: ignore[attr-defined]  # the body the docs show
     return check  # type: ignore[return-value]
 
 
