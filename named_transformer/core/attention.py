@@ -74,10 +74,11 @@ def attention_weights(
     a query whose every key is blocked, by $M$ or by $B$, gets all zeros, never NaN.
     """
     scores = scaled_dot_score(queries, keys)
-    if score_bias is not None:  # B's -inf blocks a key as M does
+    if score_bias is not None:  # B's -inf entries block their keys as M does
         scores = scores + score_bias
         allowed = scores != -torch.inf
         mask = allowed if mask is None else mask & allowed
+        scores = scores.masked_fill(~allowed, 0.0)  # -inf moved from S + B into M
     return softmax(scores, mask)
 
 
