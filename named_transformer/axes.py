@@ -53,6 +53,7 @@ except ImportError:  # a jaxtyping that moved them: every call takes the full ch
 __all__ = ["AXES", "Axis", "checked", "shape_checks", "shape_checks_enabled"]
 
 
+# --8<-- [start:axes]
 class Axis(NamedTuple):
     """One axis name: how the paper writes it and what it indexes."""
 
@@ -60,7 +61,6 @@ class Axis(NamedTuple):
     meaning: str
 
 
-# --8<-- [start:axes]
 AXES: dict[str, Axis] = {
     "batch": Axis(
         r"\mathsf{batch}", "independent examples (any number of leading axes)"
@@ -72,6 +72,8 @@ AXES: dict[str, Axis] = {
     "key_q": Axis(r"\mathsf{key'}", "query width when it differs from the key width"),
     "val": Axis(r"\mathsf{val}", "value width of one head, d_v"),
     "heads": Axis(r"\mathsf{heads}", "attention heads"),
+    # ... and every other name in the table above, each with its symbol and meaning
+    # --8<-- [end:axes]
     "kv_heads": Axis(
         r"\mathsf{kv\_heads}",
         "key/value heads, each shared by a group of query heads (GQA; MQA when 1)",
@@ -134,7 +136,6 @@ AXES: dict[str, Axis] = {
         r"\mathsf{topic}", "topics of the documents in the semantic-search example"
     ),
 }
-# --8<-- [end:axes]
 
 _F = TypeVar("_F", bound=Callable)
 
