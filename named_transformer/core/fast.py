@@ -39,7 +39,25 @@ from torch.autograd.function import once_differentiable
 from named_transformer.axes import _autocast, _fits, _records_gradient
 from named_transformer.core.scores import scaled_dot_score
 
-__all__ = ["stand_in"]
+__all__ = [
+    "ReLU",
+    "Standardize",
+    "attention_weights",
+    "biased_softmax",
+    "computes_every_tile",
+    "mean_over_layer",
+    "needs_new_table",
+    "normalise",
+    "plus_bias",
+    "plus_into",
+    "relu",
+    "softmax",
+    "softmax_",
+    "softmax_of_alive_rows",
+    "stand_in",
+    "standardize",
+    "standardized",
+]
 
 _F = TypeVar("_F", bound=Callable)
 
