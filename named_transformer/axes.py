@@ -53,6 +53,7 @@ except ImportError:  # a jaxtyping that moved them: every call takes the full ch
 __all__ = ["AXES", "Axis", "checked", "shape_checks", "shape_checks_enabled"]
 
 
+# --8<-- [start:axes]
 class Axis(NamedTuple):
     """One axis name: how the paper writes it and what it indexes."""
 
@@ -60,7 +61,6 @@ class Axis(NamedTuple):
     meaning: str
 
 
-# --8<-- [start:axes]
 AXES: dict[str, Axis] = {
     "batch": Axis(
         r"\mathsf{batch}", "independent examples (any number of leading axes)"
@@ -72,6 +72,8 @@ AXES: dict[str, Axis] = {
     "key_q": Axis(r"\mathsf{key'}", "query width when it differs from the key width"),
     "val": Axis(r"\mathsf{val}", "value width of one head, d_v"),
     "heads": Axis(r"\mathsf{heads}", "attention heads"),
+    # ... and every other name in the table above, each with its symbol and meaning
+    # --8<-- [end:axes]
     "kv_heads": Axis(
         r"\mathsf{kv\_heads}",
         "key/value heads, each shared by a group of query heads (GQA; MQA when 1)",
@@ -134,7 +136,6 @@ AXES: dict[str, Axis] = {
         r"\mathsf{topic}", "topics of the documents in the semantic-search example"
     ),
 }
-# --8<-- [end:axes]
 
 _F = TypeVar("_F", bound=Callable)
 
@@ -162,10 +163,13 @@ def checked(fn: _F) -> _F:
     axes its arguments bound. Any other call goes through them, which accept it or
     raise their error; so does a call whose result the quick check rejects, run a
     second time to get their error. While ``torch.compile`` traces, calls run
-    unchecked: check shapes with an eager call.
+    unchecked: check shapes with an eager call. An equation marked with a faster
+    equal function (``fn.faster``, :func:`~named_transformer.core.fast.stand_in`) is
+    checked by its own annotations, and the faster function computes the call.
     """
     typed = jaxtyped(typechecker=_typechecker)(fn)
     read_quick = _QuickCheck.later(fn)
+    runs = getattr(fn, "faster", fn)  # what computes a call: fn, or its stand-in
 
     @functools.wraps(fn)
     def check(*args: Any, **kwargs: Any) -> Any:
@@ -174,8 +178,8 @@ def checked(fn: _F) -> _F:
         # alone), and the full check's own Python does not trace (beartype's verdict
         # on a traced mask's result is its error path, which graph-breaks)
         if jaxtyping.config.jaxtyping_disable or torch.compiler.is_compiling():
-            return fn(*args, **kwargs)
-        result = read_quick().run(fn, args, kwargs)
+            return runs(*args, **kwargs)
+        result = read_quick().run(runs, args, kwargs)
         if result is not _REJECTED and type(result) is not _WrongResult:
             return result
         # rejected arguments, or a wrong result (a bug in fn: the call again), for
@@ -197,6 +201,7 @@ def checked(fn: _F) -> _F:
             raise summarised from None
 
     check.quick_check = read_quick  # type: ignore[attr-defined]  # for the tests
+    check.equation = fn  # type: ignore[attr-defined]  # the body the docs show
     return check  # type: ignore[return-value]
 
 

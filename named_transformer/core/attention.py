@@ -32,20 +32,19 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange, reduce
+from einops import rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
-from named_transformer.core.blockwise import (
-    _every_tile,
-    automatic_block,
-    blockwise_attention,
-)
-from named_transformer.core.masks import _plus_terms, additive_mask
+from named_transformer.core import fast
+from named_transformer.core.blockwise import automatic_block, blockwise_attention
 from named_transformer.core.scores import scaled_dot_score
-from named_transformer.core.softmax import _alive_rows, _new_table, softmax, softmax_
+from named_transformer.core.softmax import softmax
+
+# the old private name, for the modules that import it from here
+_biased_softmax = fast.biased_softmax
 
 __all__ = [
     "attend",
@@ -58,6 +57,7 @@ __all__ = [
 
 # --8<-- [start:attention_weights]
 @checked
+@fast.stand_in(fast.attention_weights)
 def attention_weights(
     queries: Float[Tensor, "*batch seq_q key"],
     keys: Float[Tensor, "*#batch seq key"],
@@ -74,25 +74,12 @@ def attention_weights(
     a query whose every key is blocked, by $M$ or by $B$, gets all zeros, never NaN.
     """
     scores = scaled_dot_score(queries, keys)
-    if score_bias is None:  # the scores are a fresh table: the weights go over them
-        return softmax_(scores, mask)
-    return _biased_softmax(_plus_terms(scores, score_bias), mask, overwrite=True)
-
-
-def _biased_softmax(biased: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
-    r"""$\nfun{seq}{softmax}(S + B + M)$ from the biased scores $S + B$: $M$ is added
-    into them where ``overwrite`` allows (a fresh table no one else holds), and the
-    weights go over them too when no gradient is recorded."""
-    if biased.shape[-1] == 0:  # no key at all: nothing to normalise
-        return softmax(biased)
-    if not overwrite:  # a table another holds (a recording's, an edit): a copy
-        biased = biased.clone()
-    blocked = None if mask is None else additive_mask(mask, biased.dtype)
-    biased = _plus_terms(biased, blocked)
-    # B may hold -inf too: a row is empty when B + M hides every key, which only its
-    # maximum shows (a NaN row stays alive, and NaN); its scores become 0, its weights 0
-    alive = reduce(biased, "... seq_q seq -> ... seq_q 1", "max") != -torch.inf
-    return _alive_rows(biased.masked_fill_(~alive, 0.0), alive, _new_table(biased))
+    if score_bias is not None:  # B's -inf entries block their keys as M does
+        scores = scores + score_bias
+        allowed = scores != -torch.inf
+        mask = allowed if mask is None else mask & allowed
+        scores = scores.masked_fill(~allowed, 0.0)  # -inf moved from S + B into M
+    return softmax(scores, mask)
 
 
 # --8<-- [end:attention_weights]
@@ -135,7 +122,7 @@ def attention(
     """
     block = automatic_block(
         queries.shape[-2], keys.shape[-2], device=queries.device,
-        all_tiles=_every_tile(mask),
+        all_tiles=fast.computes_every_tile(mask),
     )  # fmt: skip
     if block is not None:  # the same function, a block of scores at a time
         return blockwise_attention(

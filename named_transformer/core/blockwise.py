@@ -102,7 +102,8 @@ from named_transformer.axes import (
 )
 from named_transformer.contraction import _recording_a_graph, einsum
 from named_transformer.core.dropout import dropout as drop
-from named_transformer.core.masks import _plus_terms, additive_mask, causal_mask
+from named_transformer.core.fast import computes_every_tile, plus_into
+from named_transformer.core.masks import additive_mask, causal_mask
 
 __all__ = [
     "BLOCK",
@@ -137,7 +138,7 @@ def _tile_scores(
         queries, keys, "... seq_q key, ... seq key -> ... seq_q seq", out=into
     )
     blocked = None if mask is None else additive_mask(mask, scores.dtype)
-    return _plus_terms(scores, score_bias, blocked)  # into the product's table
+    return plus_into(scores, score_bias, blocked)  # into the product's table
 
 
 def _batch_axes(*tables: Tensor | None) -> tuple[int, ...]:
@@ -601,16 +602,8 @@ def block_size(device: torch.device | str | None = None) -> int:
     return GPU_BLOCK if _on_gpu(device) else BLOCK
 
 
-def _every_tile(mask: Tensor | None) -> bool:
-    """Whether blockwise attention computes every tile for this mask: with none, or
-    with one over the keys only (a size-1 query axis), no whole tile is hidden; and
-    compiled, it cannot look at a mask tensor to skip tiles."""
-    return (
-        mask is None
-        or mask.ndim < 2
-        or mask.shape[-2] == 1
-        or torch.compiler.is_compiling()
-    )
+# the old name, for the modules that import it
+_every_tile = computes_every_tile
 
 
 def automatic_block(
@@ -627,11 +620,12 @@ def automatic_block(
     and the modules' automatic core follow.
 
     On the CPU, blockwise when queries and keys both number at least ``CROSSOVER``,
-    or ``FULL_CROSSOVER`` when it would compute ``all_tiles`` (``_every_tile``):
-    below it the whole $\mathsf{seq'} \times \mathsf{seq}$ table fits the CPU's
-    caches and one pass over it beats a loop over blocks; above it the table spills
-    to memory and every pass over it (mask, softmax, product) waits for memory. A
-    causal mask lets blockwise skip half the tiles, so it wins sooner. On a GPU
+    or ``FULL_CROSSOVER`` when it would compute ``all_tiles``
+    (:func:`~named_transformer.core.fast.computes_every_tile`): below it the whole
+    $\mathsf{seq'} \times \mathsf{seq}$ table fits the CPU's caches and one pass over
+    it beats a loop over blocks; above it the table spills to memory and every pass
+    over it (mask, softmax, product) waits for memory. A causal mask lets blockwise
+    skip half the tiles, so it wins sooner. On a GPU
     (``device``, the queries' device), each block costs a handful of kernel launches,
     so small blocks are slow: it materialises below ``GPU_CROSSOVER`` and takes blocks
     of ``GPU_BLOCK`` from there (as fast as materialising, with a table of scores an

@@ -37,8 +37,9 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from named_transformer.axes import _records_gradient, checked
+from named_transformer.axes import checked
 from named_transformer.contraction import einsum
+from named_transformer.core import fast
 from named_transformer.inside.recording import tap
 
 __all__ = ["feed_forward", "gated_feed_forward", "gelu", "gelu_tanh", "relu", "silu"]
@@ -46,40 +47,10 @@ __all__ = ["feed_forward", "gated_feed_forward", "gelu", "gelu_tanh", "relu", "s
 
 # --8<-- [start:relu]
 @checked
+@fast.stand_in(fast.relu)
 def relu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden"]:
-    r"""$\operatorname{relu}(X) = \max(X, 0)$ elementwise.
-
-    Eager, this is ``torch.relu``, whose backward pass is one fused PyTorch kernel.
-    Under ``torch.compile`` the gradient is written from the output instead (``_ReLU``).
-    """
-    if torch.compiler.is_compiling():
-        return _ReLU.apply(inputs)
+    r"""$\operatorname{relu}(X) = \max(X, 0)$ elementwise."""
     return torch.relu(inputs)
-
-
-class _ReLU(torch.autograd.Function):
-    r"""ReLU with its gradient written from the output
-    $Y = \operatorname{relu}(X) \ge 0$, for $G = \partial L / \partial Y$:
-
-    $$\frac{\partial L}{\partial X} = G \odot \operatorname{sign}(Y),$$
-
-    1 where the unit fired, 0 where it did not: the same numbers as PyTorch's backward
-    pass, which selects $G$ where $X > 0$. Compiled, PyTorch's form makes the compiler
-    keep that comparison as a boolean mask for the backward pass, and its CPU code
-    stores and loads boolean tensors slowly. Written from $Y$, which the backward pass
-    of $W^2$ keeps anyway, the gradient needs no mask.
-    """
-
-    @staticmethod
-    def forward(ctx, inputs: Tensor) -> Tensor:
-        outputs = torch.relu(inputs)
-        ctx.save_for_backward(outputs)
-        return outputs
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (outputs,) = ctx.saved_tensors
-        return grad * outputs.sign()
 
 
 # --8<-- [end:relu]
@@ -115,17 +86,9 @@ def silu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden
 # --8<-- [end:gelu]
 
 
-def _plus_bias(outputs: Tensor, bias: Tensor) -> Tensor:
-    """``outputs + bias``, written into ``outputs`` when no gradient is recorded.
-
-    ``outputs`` must be a fresh product (nothing else holds it). Without autograd the
-    in-place sum saves a temporary as large as the product: in an inference forward
-    these are the largest tensors, and allocating them costs more than adding.
-    """
-    if _records_gradient(outputs, bias):
-        return outputs + bias
-    return outputs.add_(bias)
-
+# the old names, for the modules that import them
+_plus_bias = fast.plus_bias
+_ReLU = fast.ReLU
 
 _HIDDEN = "*batch hidden"  # position-wise: the positions are among the batch axes
 
@@ -143,10 +106,10 @@ def feed_forward(
     r"""$W^2 \ndot{hidden} \operatorname{relu}(W^1 \ndot{layer} X + b^1) + b^2$
     (``activation`` may be GELU or SiLU; a bias of None is left out)."""
     hidden = einsum(inputs, w1, "... layer, hidden layer -> ... hidden")
-    hidden = tap("hidden", hidden if b1 is None else _plus_bias(hidden, b1), _HIDDEN)
+    hidden = tap("hidden", fast.plus_bias(hidden, b1), _HIDDEN)  # + b1
     hidden = tap("activated", activation(hidden), _HIDDEN)
     outputs = einsum(hidden, w2, "... hidden, layer hidden -> ... layer")
-    return outputs if b2 is None else _plus_bias(outputs, b2)
+    return fast.plus_bias(outputs, b2)  # + b2
 
 
 # --8<-- [end:feed_forward]
@@ -169,11 +132,11 @@ def gated_feed_forward(
     (``activation`` may be GELU; a bias of None is left out, as in Llama)."""
     gate = einsum(inputs, w_gate, "... layer, hidden layer -> ... hidden")
     up = einsum(inputs, w_up, "... layer, hidden layer -> ... hidden")
-    gate = tap("gate", gate if b_gate is None else _plus_bias(gate, b_gate), _HIDDEN)
-    up = tap("up", up if b_up is None else _plus_bias(up, b_up), _HIDDEN)
+    gate = tap("gate", fast.plus_bias(gate, b_gate), _HIDDEN)  # + b_gate
+    up = tap("up", fast.plus_bias(up, b_up), _HIDDEN)  # + b_up
     hidden = tap("activated", activation(gate) * up, _HIDDEN)
     outputs = einsum(hidden, w_down, "... hidden, layer hidden -> ... layer")
-    return outputs if b_down is None else _plus_bias(outputs, b_down)
+    return fast.plus_bias(outputs, b_down)  # + b_down
 
 
 # --8<-- [end:gated_feed_forward]

@@ -14,7 +14,7 @@ from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from named_transformer.axes import _fits, checked
+from named_transformer.axes import checked
 
 __all__ = [
     "additive_mask",
@@ -134,21 +134,6 @@ def additive_mask(
     dtype = torch.get_default_dtype() if dtype is None else dtype
     blocked = torch.full((), -torch.inf, dtype=dtype, device=mask.device)
     return torch.where(mask, 0.0, blocked)
-
-
-def _plus_terms(scores: Tensor, *terms: Tensor | None) -> Tensor:
-    """``scores`` + each term (a bias $B$, a mask's $M$; None: none), added into
-    ``scores``, a fresh product of the caller's, where the term has its dtype and
-    shape (the sum's gradient needs neither operand, so autograd allows it); else a
-    new table (more batch axes than the scores, or a dtype to promote to)."""
-    for term in terms:
-        if term is None:
-            continue
-        if term.dtype == scores.dtype and _fits(scores, term):
-            scores.add_(term)
-        else:
-            scores = scores + term
-    return scores
 
 
 # --8<-- [end:additive_mask]

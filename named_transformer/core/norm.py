@@ -17,84 +17,34 @@ $$\text{RMSNorm}(X) = \frac{X}{\sqrt{\nfun{layer}{mean}(X^2) + \epsilon}} \odot 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from einops import reduce
 from jaxtyping import Float
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from named_transformer.axes import _records_gradient, checked
+from named_transformer.axes import checked
+from named_transformer.core import fast
 from named_transformer.inside.recording import tap
 
 __all__ = ["layer_norm", "rms_norm", "standardize"]
 
+# the old names, for the code that imports them
+_standardized = fast.standardized
+_Standardize = fast.Standardize
+
 
 # --8<-- [start:standardize]
 @checked
+@fast.stand_in(fast.standardize)
 def standardize(
     inputs: Float[Tensor, "*batch layer"], eps: float = 1e-5
 ) -> Float[Tensor, "*batch layer"]:
     r"""$\hat X$: $X$ standardised over $\mathsf{layer}$ (biased variance).
 
     $$\hat X = \dfrac{X - \nfun{layer}{mean} X}{\sqrt{\nfun{layer}{var} X + \epsilon}}$$
-
-    Its gradient is written out (``_Standardize`` below) rather than left to autograd.
-    Without a gradient, PyTorch's fused ``layer_norm`` computes the same $\hat X$
-    (a test checks it against the arithmetic).
     """
-    if _records_gradient(inputs):
-        return _Standardize.apply(inputs, eps)
-    # no gradient wanted (evaluation, decoding): PyTorch's layer_norm without its
-    # gamma and beta is this same X̂ in one pass over X, where the arithmetic of
-    # _standardized below takes five (on one token each costs more than its sums)
-    return F.layer_norm(inputs, inputs.shape[-1:], eps=eps)
-
-
-def _mean(inputs: Tensor) -> Tensor:
-    r"""$\nfun{layer}{mean} X$, kept as an axis of size 1 to broadcast against $X$."""
-    # einops's reduce("... layer -> ... 1", "mean") makes this same call, with pattern
-    # handling around it that costs about a third of a layer norm on one token
-    return inputs.mean(dim=-1, keepdim=True)  # allow-raw: layer is the last axis
-
-
-def _standardized(inputs: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    r"""$\hat X$ and $1/\sigma$, which the gradient needs."""
-    # var_layer and mean_layer in one pass over X (biased: correction=0)
-    variance, mean = torch.var_mean(  # allow-raw: layer is the last axis
-        inputs, dim=-1, keepdim=True, correction=0
-    )
-    inverse_sigma = (variance + eps).rsqrt()
-    return (inputs - mean) * inverse_sigma, inverse_sigma
-
-
-class _Standardize(torch.autograd.Function):
-    r"""Standardisation with its gradient in named form: for
-    $G = \partial L / \partial \hat X$,
-
-    $$\frac{\partial L}{\partial X} = \frac{1}{\sigma}\Big(G - \nfun{layer}{mean} G
-      - \hat X \odot \nfun{layer}{mean} (G \odot \hat X)\Big),
-      \qquad \sigma = \sqrt{\nfun{layer}{var} X + \epsilon}.$$
-
-    Autograd would differentiate the forward pass operation by operation (two means, a
-    subtraction, a square, a reciprocal square root, each with its own backward pass
-    over the whole tensor); the closed form needs two means and three products.
-    """
-
-    @staticmethod
-    def forward(ctx, inputs: Tensor, eps: float) -> Tensor:
-        normalised, inverse_sigma = _standardized(inputs, eps)
-        ctx.save_for_backward(normalised, inverse_sigma)
-        return normalised
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        normalised, inverse_sigma = ctx.saved_tensors
-        mean_grad = _mean(grad)
-        mean_projection = _mean(grad * normalised)
-        centred_grad = torch.addcmul(
-            grad - mean_grad, normalised, mean_projection, value=-1.0
-        )
-        return centred_grad * inverse_sigma, None
+    mean = reduce(inputs, "... layer -> ... 1", "mean")
+    variance = reduce((inputs - mean) ** 2, "... layer -> ... 1", "mean")
+    return (inputs - mean) / torch.sqrt(variance + eps)
 
 
 # --8<-- [end:standardize]

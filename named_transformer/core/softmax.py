@@ -13,18 +13,21 @@ $$\nfun{seq}{softmax}(\beta X)
 from __future__ import annotations
 
 import torch
+from einops import reduce
 from jaxtyping import Bool, Float
 from torch import Tensor
 from torch.nn.functional import one_hot
 
-from named_transformer.axes import _autocast, _records_gradient, checked
-from named_transformer.core.masks import _plus_terms, additive_mask
+from named_transformer.axes import checked
+from named_transformer.core import fast
+from named_transformer.core.masks import additive_mask
 
 __all__ = ["hardmax", "softmax", "softmax_"]
 
 
 # --8<-- [start:softmax]
 @checked
+@fast.stand_in(fast.softmax)
 def softmax(
     scores: Float[Tensor, "*batch seq"],
     mask: Bool[Tensor, "*#batch #seq"] | None = None,
@@ -35,17 +38,23 @@ def softmax(
     ``mask`` is True where a position may be attended: $M$ is $-\infty$ elsewhere
     (:func:`~named_transformer.core.masks.additive_mask`), so masked positions get
     weight exactly 0. A row with no allowed position returns all zeros (and zero
-    gradient), never NaN: its $M$ is left 0 and its weights are multiplied by 0. (Its
-    scores must then be finite: a row of $-\infty$, a bias added beforehand, gives
-    NaN; :func:`~named_transformer.core.attention.attention_weights` takes a bias as
-    ``score_bias`` and gives zeros.)
+    gradient), never NaN: its $M$ is left 0 and its weights are multiplied by 0.
     """
-    if beta != 1.0:  # skip a pass over the whole score tensor in the common case
-        scores = beta * scores
-    return _softmax(scores, mask, overwrite=beta != 1.0)  # beta X is a fresh table
+    scores = beta * scores
+    if mask is not None:  # a row with no allowed key keeps M = 0, then weighs 0
+        alive = reduce(mask, "... seq -> ... 1", "any")
+        scores = scores + additive_mask(mask | ~alive, scores.dtype)
+    # exp(X - max X) / sum exp(X - max X): the same quotient, with no overflow
+    exp = torch.exp(scores - reduce(scores, "... seq -> ... 1", "max"))
+    weights = exp / reduce(exp, "... seq -> ... 1", "sum")
+    return weights if mask is None else weights * alive
+
+
+# --8<-- [end:softmax]
 
 
 @checked
+@fast.stand_in(fast.softmax_)
 def softmax_(
     scores: Float[Tensor, "*batch seq"],
     mask: Bool[Tensor, "*#batch #seq"] | None = None,
@@ -56,42 +65,7 @@ def softmax_(
     returns, and nothing of ``scores`` after it: a new table while a gradient is
     recorded for ``scores``, under autocast (which computes a softmax in float32)
     and for a mask with more axes than the scores."""
-    return _softmax(scores, mask, overwrite=True)
-
-
-def _softmax(scores: Tensor, mask: Tensor | None, overwrite: bool) -> Tensor:
-    r"""$\nfun{seq}{softmax}(X + M)$; without a gradient, in one table: ``scores``
-    where ``overwrite`` allows, else the fresh $X + M$."""
-    new_table = _new_table(scores)
-    if mask is None:
-        reuse = overwrite and not new_table
-        return torch.softmax(scores, dim=-1, out=scores if reuse else None)
-    # the row has a key to attend (reduce(mask, "... seq -> ... 1", "any"), without
-    # einops' dispatch, which costs more than the reduction on a mask this small)
-    alive = mask.any(dim=-1, keepdim=True)
-    blocked = additive_mask(mask | ~alive, scores.dtype)  # an empty row: M = 0
-    into = overwrite and not new_table  # else X + M is the fresh table
-    masked = _plus_terms(scores, blocked) if into else scores + blocked
-    return _alive_rows(masked, alive, new_table)
-
-
-def _alive_rows(scores: Tensor, alive: Tensor, new_table: bool) -> Tensor:
-    r"""$\nfun{seq}{softmax}(X) \odot$ ``alive``, the weights over ``scores`` (a fresh
-    table) unless ``new_table``: the rows with no key to attend become zeros (their
-    scores must be finite)."""
-    if new_table:
-        return torch.softmax(scores, dim=-1) * alive
-    return torch.softmax(scores, dim=-1, out=scores).mul_(alive)
-
-
-def _new_table(scores: Tensor) -> bool:
-    """Whether a softmax of ``scores`` must make a new table rather than write over
-    them: autograd keeps softmax's output, and autocast does not cast a result given
-    ``out=``."""
-    return _records_gradient(scores) or _autocast(scores.device)
-
-
-# --8<-- [end:softmax]
+    return softmax(scores, mask)  # the equation; the table written over is below
 
 
 # --8<-- [start:hardmax]

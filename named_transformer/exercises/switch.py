@@ -99,6 +99,10 @@ class use:  # noqa: N801 - a switch, read as a verb: nt.exercises.use(DIR)
             pairs.append((automatic_block, _materialise))
         if "softmax" in learner:  # the library's in-place softmax is a softmax too
             pairs.append((softmax_, learner["softmax"]))
+        # the faster functions that compute the library's calls (core/fast.py), which
+        # call each other there: switched with the equation they stand in for
+        pairs += [(library.equation.faster, function) for library, function in pairs
+                  if hasattr(getattr(library, "equation", None), "faster")]  # fmt: skip
         replacing = {id(library): function for library, function in pairs}
         for module in _library_modules():
             for attribute, value in list(vars(module).items()):
