@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from einops import einsum
 
 import named_transformer as nt
-from named_transformer.core.feedforward import _ReLU
+from named_transformer.core.fast import ReLU
 
 SEQ, LAYER, HIDDEN = 7, 6, 5
 
@@ -80,7 +80,7 @@ def test_standardize_refuses_a_second_derivative_rather_than_giving_a_wrong_one(
 
 @pytest.mark.parametrize(
     "relu",
-    [nt.relu, _ReLU.apply, torch.compile(nt.relu, backend="aot_eager", fullgraph=True)],
+    [nt.relu, ReLU.apply, torch.compile(nt.relu, backend="aot_eager", fullgraph=True)],
 )
 def test_relu_and_its_written_out_gradient_equal_torch_relu(relu):
     x = torch.randn(4, SEQ, HIDDEN)
@@ -109,7 +109,7 @@ def test_gradcheck_layer_norm_and_feed_forward():
     away_from_the_kink = (
         torch.rand(2, SEQ, HIDDEN, dtype=torch.float64) + 0.1
     ) * torch.randn(2, SEQ, HIDDEN).sign()
-    assert torch.autograd.gradcheck(_ReLU.apply, (away_from_the_kink.requires_grad_(),))
+    assert torch.autograd.gradcheck(ReLU.apply, (away_from_the_kink.requires_grad_(),))
 
 
 def test_feed_forward_equals_two_linear_layers_and_a_kernel_one_conv():

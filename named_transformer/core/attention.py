@@ -43,9 +43,6 @@ from named_transformer.core.blockwise import automatic_block, blockwise_attentio
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 
-# the old private name, for the modules that import it from here
-_biased_softmax = fast.biased_softmax
-
 __all__ = [
     "attend",
     "attention",

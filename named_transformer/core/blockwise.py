@@ -102,7 +102,7 @@ from named_transformer.axes import (
 )
 from named_transformer.contraction import _recording_a_graph, einsum
 from named_transformer.core.dropout import dropout as drop
-from named_transformer.core.fast import computes_every_tile, plus_into
+from named_transformer.core.fast import plus_into
 from named_transformer.core.masks import additive_mask, causal_mask
 
 __all__ = [
@@ -113,6 +113,7 @@ __all__ = [
     "FULL_CROSSOVER",
     "automatic_block",
     "block_size",
+    "check_block",
     "blockwise_attention",
 ]
 
@@ -554,7 +555,7 @@ def blockwise_attention(
     applied block by block, its hidden blocks skipped when running eagerly.
     ``dropout`` drops weights while ``training``.
     """
-    _check_block(block)
+    check_block(block)
     if block is None:
         block = block_size(queries.device)
     tiling = Tiling(block, causal, offset)
@@ -569,7 +570,7 @@ def blockwise_attention(
 # --8<-- [end:blockwise_attention]
 
 
-def _check_block(block: int | None) -> None:
+def check_block(block: int | None) -> None:
     """One line for a block size that is no positive number of positions (None: the
     one :func:`block_size` gives)."""
     if block is not None and (isinstance(block, bool) or block < 1):
@@ -603,7 +604,6 @@ def block_size(device: torch.device | str | None = None) -> int:
 
 
 # the old name, for the modules that import it
-_every_tile = computes_every_tile
 
 
 def automatic_block(

@@ -86,10 +86,6 @@ def silu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden
 # --8<-- [end:gelu]
 
 
-# the old names, for the modules that import them
-_plus_bias = fast.plus_bias
-_ReLU = fast.ReLU
-
 _HIDDEN = "*batch hidden"  # position-wise: the positions are among the batch axes
 
 

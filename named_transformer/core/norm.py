@@ -27,10 +27,6 @@ from named_transformer.inside.recording import tap
 
 __all__ = ["layer_norm", "rms_norm", "standardize"]
 
-# the old names, for the code that imports them
-_standardized = fast.standardized
-_Standardize = fast.Standardize
-
 
 # --8<-- [start:standardize]
 @checked

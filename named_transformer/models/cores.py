@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from named_transformer.core import fast
 from named_transformer.core.attention import attend, attention_weights, fused_attention
 from named_transformer.core.blockwise import (
-    _check_block,
-    _every_tile,
     automatic_block,
     blockwise_attention,
+    check_block,
 )
 from named_transformer.core.dropout import dropout as drop
 
@@ -99,7 +99,7 @@ class Blockwise(Core):
     name = "blockwise"
 
     def __post_init__(self) -> None:
-        _check_block(self.block)
+        check_block(self.block)
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
         outputs = blockwise_attention(
@@ -147,7 +147,7 @@ class Automatic(Core):
         """The core this call runs on."""
         block = automatic_block(
             queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term,
-            device=queries.device, all_tiles=_every_tile(mask),
+            device=queries.device, all_tiles=fast.computes_every_tile(mask),
         )  # fmt: skip
         return MATERIALISE if block is None else Blockwise(block)
 

@@ -63,9 +63,9 @@ from torch import Tensor, nn
 
 from named_transformer.axes import _records_gradient, checked
 from named_transformer.contraction import einsum
-from named_transformer.core.attention import _biased_softmax, attend
+from named_transformer.core import fast
+from named_transformer.core.attention import attend
 from named_transformer.core.dropout import dropout as drop
-from named_transformer.core.feedforward import _plus_bias
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 from named_transformer.inside.recording import tap, tapping
@@ -125,7 +125,8 @@ def project_heads(
         inputs, weight, "... seq layer, heads layer key -> ... heads seq key"
     )
     if bias is not None:
-        projected = _plus_bias(projected, rearrange(bias, "heads key -> heads 1 key"))
+        by_head = rearrange(bias, "heads key -> heads 1 key")
+        projected = fast.plus_bias(projected, by_head)
     return projected
 
 
@@ -148,7 +149,7 @@ def merge_heads(
     outputs = einsum(
         heads_out, w_o, "... heads seq_q val, heads val layer -> ... seq_q layer"
     )
-    return outputs if b_o is None else _plus_bias(outputs, b_o)
+    return outputs if b_o is None else fast.plus_bias(outputs, b_o)
 
 
 # --8<-- [end:merge_heads]
@@ -200,7 +201,7 @@ def stacked_projection(
     kv_heads = heads if kv_heads is None else kv_heads
     projected = einsum(inputs, w_qkv, "... seq layer, qkv layer -> ... seq qkv")
     if b_qkv is not None:
-        projected = _plus_bias(projected, b_qkv)
+        projected = fast.plus_bias(projected, b_qkv)
     by_head = rearrange(projected, "... seq (parts key) -> ... parts seq key",
                         parts=heads + 2 * kv_heads)  # fmt: skip
     keys_from = heads + kv_heads  # where the keys' heads end and the values' begin
@@ -333,7 +334,7 @@ class _TappedCore(Materialise):
             weights = softmax(self._tap("scores", scores), mask)
         else:
             tapped = self._tap("scores", scores + bias)  # the record's, or an edit
-            weights = _biased_softmax(tapped, mask, overwrite=False)
+            weights = fast.biased_softmax(tapped, mask, overwrite=False)
         weights = self._tap("weights", weights)
         dropped = drop(weights, dropout, dropout > 0.0)
         outputs = attend(dropped, values)
