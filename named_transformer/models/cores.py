@@ -80,8 +80,12 @@ class Materialise(Core):
     returns_weights = True
     takes_value_terms = True
 
+    def weights(self, queries, keys, mask, bias) -> Tensor:
+        """$A = \nfun{seq}{softmax}(S + B + M)$."""
+        return attention_weights(queries, keys, mask, score_bias=bias)
+
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
-        weights = attention_weights(queries, keys, mask, score_bias=bias)
+        weights = self.weights(queries, keys, mask, bias)
         dropped = drop(weights, dropout, dropout > 0.0)
         outputs = attend(dropped, values)
         if value_term is not None:

@@ -64,8 +64,6 @@ from torch import Tensor, nn
 from named_transformer.axes import _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.core import fast
-from named_transformer.core.attention import attend
-from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 from named_transformer.inside.recording import tap, tapping
@@ -312,11 +310,11 @@ def _lift_over_heads(table: Tensor | None) -> Tensor | None:
 
 # --8<-- [start:tapped_core]
 class _TappedCore(Materialise):
-    r"""The materialising core with the scores $S + T + B$ and the weights $A$ tapped
-    per query head (``scores``, ``weights``): what :func:`attend_projected` runs
-    while either is recorded or edited, whatever the attention's own core. Grouped
-    heads are merged for the taps, $(\mathsf{kv\_heads}, \mathsf{group}) \to
-    \mathsf{heads}$, and split again."""
+    r"""The materialising core, its weights computed with the scores $S + T + B$
+    and the weights $A$ tapped per query head (``scores``, ``weights``): what
+    :func:`attend_projected` runs while either is recorded or edited, whatever the
+    attention's own core. Grouped heads are merged for the taps,
+    $(\mathsf{kv\_heads}, \mathsf{group}) \to \mathsf{heads}$, and split again."""
 
     def __init__(self, kv_heads: int | None) -> None:
         self.kv_heads = kv_heads  # None: not grouped
@@ -327,20 +325,15 @@ class _TappedCore(Materialise):
         merged = tap(name, _merge_groups(table), "*batch heads seq_q seq")
         return _split_groups(merged, self.kv_heads)
 
-    def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
-        # the operations of attention_weights, then of Materialise, with two taps
+    def weights(self, queries, keys, mask, bias) -> Tensor:
+        # the operations of attention_weights, with two taps
         scores = scaled_dot_score(queries, keys)
         if bias is None:
             weights = softmax(self._tap("scores", scores), mask)
         else:
             tapped = self._tap("scores", scores + bias)  # the record's, or an edit
             weights = fast.biased_softmax(tapped, mask, overwrite=False)
-        weights = self._tap("weights", weights)
-        dropped = drop(weights, dropout, dropout > 0.0)
-        outputs = attend(dropped, values)
-        if value_term is not None:
-            outputs = outputs + value_term(dropped)
-        return outputs, weights
+        return self._tap("weights", weights)
 
 
 def _contributions(attended: Tensor, w_o: Tensor, outputs: Tensor) -> Tensor:
