@@ -11,7 +11,6 @@ from named_transformer.axes import (
     shape_checks,
     shape_checks_enabled,
 )
-from named_transformer.core.alibi import alibi_bias, alibi_slopes
 from named_transformer.core.attention import (
     attend,
     attention,
@@ -48,7 +47,7 @@ from named_transformer.core.positions import (
     relative_position_index,
     sinusoidal_positions,
 )
-from named_transformer.core.rotary import rotary_angles, rotary_frequencies, rotate
+from named_transformer.core.rotary import rotary_frequencies
 from named_transformer.core.scores import (
     additive_score,
     cosine_score,
@@ -65,11 +64,7 @@ from named_transformer.decoding import (
     beam_search,
     cached_self_attention,
     greedy,
-    length_penalty,
-    nucleus_mask,
     sample,
-    stream,
-    strip_after_eos,
 )
 from named_transformer.inside import (
     Named,
@@ -95,7 +90,7 @@ from named_transformer.interop.pytorch import (
 )
 from named_transformer.models.alibi import ALiBi, LinearBiases
 from named_transformer.models.attention_weights import AttentionWeights
-from named_transformer.models.classifier import TransformerClassifier, masked_max
+from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.cores import Automatic, Blockwise, Fused, Materialise
 from named_transformer.models.decoder import Decoder, DecoderLayer
@@ -105,18 +100,10 @@ from named_transformer.models.embedding import (
     Sinusoidal,
     SinusoidalPositions,
     TokenEmbedding,
-    add_positions,
     embed,
 )
 from named_transformer.models.encoder import Encoder, EncoderLayer
-from named_transformer.models.generator import Generator, log_probabilities
-from named_transformer.models.grouped import (
-    fused_grouped_attention,
-    group_queries,
-    grouped_attend,
-    grouped_attention,
-    grouped_attention_weights,
-)
+from named_transformer.models.generator import Generator
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import (
     Heads,
@@ -133,29 +120,13 @@ from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.relative import (
     Relative,
     RelativeTables,
-    relative_attend,
-    relative_attention_weights,
 )
 from named_transformer.models.rnn import (
-    ElmanCell,
     GRUCell,
-    LSTMCell,
-    elman_cell,
-    gru_cell,
-    lstm_cell,
 )
-from named_transformer.models.rotary import Rotary, rotate_heads
+from named_transformer.models.rotary import Rotary
 from named_transformer.models.seq2seq import (
-    AttentionDecoder,
     BahdanauSeq2Seq,
-    BidirectionalEncoder,
-    FixedContextDecoder,
-    RNNEncoderDecoder,
-    bahdanau_attention,
-    bidirectional_annotations,
-    readout,
-    recurrence,
-    reverse_padded,
 )
 from named_transformer.models.sublayers import (
     FeedForward,
@@ -179,16 +150,11 @@ from named_transformer.models.variants import (
 )
 from named_transformer.pretrained import (
     ChatModel,
-    ChatTokenizer,
     Generation,
-    GGUFCheckpoint,
     SentenceEncoder,
-    Tokenized,
     checkpoint_names,
     from_gguf,
     from_huggingface,
-    gguf_tokenizer,
-    load_gguf,
     load_minilm,
     load_smollm2,
     read_gguf,
@@ -232,24 +198,9 @@ __all__ = [
     "softmax",
     "softmax_",
     "standardize",
-    "ElmanCell",
     "GRUCell",
-    "LSTMCell",
-    "elman_cell",
-    "gru_cell",
-    "lstm_cell",
-    "AttentionDecoder",
     "BahdanauSeq2Seq",
-    "BidirectionalEncoder",
-    "RNNEncoderDecoder",
-    "FixedContextDecoder",
-    "bahdanau_attention",
-    "bidirectional_annotations",
-    "readout",
-    "recurrence",
-    "reverse_padded",
     "TransformerClassifier",
-    "masked_max",
     "TransformerConfig",
     "Decoder",
     "DecoderLayer",
@@ -258,12 +209,10 @@ __all__ = [
     "Sinusoidal",
     "SinusoidalPositions",
     "TokenEmbedding",
-    "add_positions",
     "embed",
     "Encoder",
     "EncoderLayer",
     "Generator",
-    "log_probabilities",
     "from_torch",
     "mask_from_torch",
     "to_torch",
@@ -274,8 +223,6 @@ __all__ = [
     "stack_qkv",
     "stacked_projection",
     "CountsParameters",
-    "relative_attend",
-    "relative_attention_weights",
     "FeedForward",
     "GatedFeedForward",
     "LayerNorm",
@@ -288,11 +235,7 @@ __all__ = [
     "IncrementalDecoder",
     "beam_search",
     "greedy",
-    "length_penalty",
     "sample",
-    "nucleus_mask",
-    "stream",
-    "strip_after_eos",
     "gelu",
     "gelu_tanh",
     "silu",
@@ -303,33 +246,18 @@ __all__ = [
     "TextEncoder",
     "dense",
     "SentenceEncoder",
-    "Tokenized",
     "checkpoint_names",
     "from_huggingface",
     "load_minilm",
     "ChatModel",
-    "ChatTokenizer",
-    "GGUFCheckpoint",
     "Generation",
     "from_gguf",
-    "gguf_tokenizer",
-    "load_gguf",
     "load_smollm2",
     "read_gguf",
     "to_huggingface",
     "bias_from_torch",
-    "alibi_bias",
-    "alibi_slopes",
     "sliding_window_mask",
-    "rotary_angles",
     "rotary_frequencies",
-    "rotate",
-    "fused_grouped_attention",
-    "group_queries",
-    "grouped_attend",
-    "grouped_attention",
-    "grouped_attention_weights",
-    "rotate_heads",
     "blockwise_attention",
     "export_onnx",
     "run_onnx",

@@ -169,6 +169,17 @@ REMOVED_IN_0_9_0 = [
     "attend_heads", "grouped_query_attention", "multihead_attention",
     "multihead_self_attention", "relative_multihead_attention",
     "rotary_multihead_attention", "register_positions",
+    # out of the top level, still in their modules (the CHANGELOG says where)
+    "AttentionDecoder", "BidirectionalEncoder", "FixedContextDecoder",
+    "RNNEncoderDecoder", "bahdanau_attention", "bidirectional_annotations",
+    "readout", "recurrence", "reverse_padded", "ElmanCell", "LSTMCell", "elman_cell",
+    "gru_cell", "lstm_cell", "fused_grouped_attention", "group_queries",
+    "grouped_attend", "grouped_attention", "grouped_attention_weights",
+    "relative_attend", "relative_attention_weights", "rotary_angles", "rotate",
+    "rotate_heads", "alibi_bias", "alibi_slopes", "add_positions", "masked_max",
+    "log_probabilities", "nucleus_mask", "length_penalty", "strip_after_eos",
+    "stream", "gguf_tokenizer", "load_gguf", "Tokenized", "ChatTokenizer",
+    "GGUFCheckpoint",
 ]  # fmt: skip
 
 

@@ -240,6 +240,7 @@ def test_every_public_function_of_the_core_has_a_case():
         "alibi_slopes",
         "automatic_block",  # the core's rule, from the sizes
         "block_size",
+        "check_block",  # a block size: a number
         "BLOCK",  # constants
         "CROSSOVER",
         "GPU_BLOCK",
