@@ -37,7 +37,7 @@ kinds, the checkpoints and ``--positions`` then know it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, NamedTuple
 
 from torch import Tensor, nn
@@ -186,10 +186,14 @@ NO_SCHEME = PositionScheme()
 def position_scheme(
     value: PositionScheme | str | Mapping[str, Any], **params: Any
 ) -> PositionScheme:
-    """The scheme ``value`` names: a scheme as it is, a kind (with ``params`` that
-    the scheme has; the others are ignored), or a stored ``{"kind": ..., ...}``."""
+    """The scheme ``value`` names: a scheme, or a kind (its defaults), with those of
+    ``params`` that the scheme has and that are not None (the others are ignored);
+    or a stored ``{"kind": ..., ...}``, all of whose parameters the scheme must
+    have."""
     if isinstance(value, PositionScheme):
-        return value
+        names = {f.name for f in fields(value)}
+        given = {k: v for k, v in params.items() if k in names and v is not None}
+        return replace(value, **given) if given else value
     if isinstance(value, Mapping):
         params, value = dict(value), value.get("kind")
         params.pop("kind", None)
