@@ -178,14 +178,9 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any]) -> TransformerConfig:
-        """The configuration :meth:`to_dict` wrote; before 0.9 a checkpoint kept the
-        rotary base here (``rotary_base``) and the positions' kind beside it."""
-        stored = dict(stored)
-        base = stored.pop("rotary_base", None)
-        positions = position_scheme(stored.pop("positions", "sinusoidal"))
-        if base is not None and positions.kind == "rotary":
-            positions = position_scheme("rotary", base=base)
-        return cls(**stored, positions=positions)
+        """The configuration :meth:`to_dict` wrote (a checkpoint's before 0.9 is
+        read by :func:`~named_transformer.workflows.kinds.config_of`)."""
+        return cls(**stored)
 
 
 # --8<-- [end:TransformerConfig]
