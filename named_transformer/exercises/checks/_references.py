@@ -139,8 +139,9 @@ def _head_weights(layer: int, memory: int, seed: int) -> list[Tensor]:
 
 def _rotary_weights(layer: int, memory: int, seed: int) -> list[Tensor]:
     """W^Q, W^K, W^V, W^O of 2 heads, keys 4 wide (rotary positions turn pairs of
-    key channels) and values 5 wide."""
-    heads, key, val = 2, 4, 5
+    key channels) and values 8 wide (even too, so that rotating them by mistake
+    runs)."""
+    heads, key, val = 2, 4, 8
     shapes = [(heads, layer, key), (heads, memory, key), (heads, memory, val),
               (heads, val, layer)]  # fmt: skip
     return [_randn(*shape, seed=seed + n) for n, shape in enumerate(shapes)]
