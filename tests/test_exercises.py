@@ -1254,6 +1254,52 @@ def test_init_edit_check_passes(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == ["softmax: passed", "1 of 1 passed"]
 
 
+CORRECT_MULTIHEAD = """
+    w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o = weights
+
+    def project(x, w, b):
+        heads = einsum(x, w, "... seq layer, heads layer key -> ... heads seq key")
+        return heads if b is None else heads + rearrange(b, "h k -> h 1 k")
+
+    queries = variant.positions.rotate(project(inputs, w_q, b_q), offset)
+    keys = variant.positions.rotate(project(memory, w_k, b_k), 0)
+    values = project(memory, w_v, b_v)
+    scores = einsum(queries, keys, "... q key, ... k key -> ... q k")
+    scores = scores / math.sqrt(queries.shape[-1])
+    term = variant.positions.score_term(queries, keys.shape[-2], offset)
+    scores = scores if term is None else scores + term
+    if score_bias is not None:
+        scores = scores + rearrange(score_bias, "... q k -> ... 1 q k")
+    allowed = torch.ones_like(scores, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & rearrange(mask, "... q k -> ... 1 q k")
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    exps = torch.exp(scores - reduce(scores, "... q k -> ... q 1", "max")) * allowed
+    total = reduce(exps, "... q k -> ... q 1", "sum")
+    attention = exps / total.clamp_min(torch.finfo(scores.dtype).tiny)
+    heads = einsum(attention, values, "... q k, ... k val -> ... q val")
+    output = einsum(heads, w_o, "... heads q val, heads val layer -> ... q layer")
+    output = output if b_o is None else output + b_o
+    return output, attention if variant.core.returns_weights else None
+"""
+
+
+def test_init_edit_check_passes_for_the_pipeline(tmp_path, capsys):
+    """The pipeline exercise, written in the learner's file with its header's imports
+    only (AttentionWeights, AttentionVariant and PLAIN among them), passes."""
+    main(["exercises", "init", str(tmp_path)])
+    path = tmp_path / "multihead_attention.py"
+    text = path.read_text()
+    start = text.index("def multihead(")
+    body = text.index("    raise NotImplementedError", start)
+    end = body + len("    raise NotImplementedError")
+    path.write_text(text[:body] + CORRECT_MULTIHEAD.strip("\n") + text[end:])
+    capsys.readouterr()
+    assert main(["exercises", "check", str(tmp_path), "multihead"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["multihead: passed", "1 of 1 passed"]
+
+
 def test_the_whole_check_of_the_library_is_fast(tmp_path, capsys):
     """A directory whose files are the library's functions passes every exercise."""
     for page, (file, _) in PAGES.items():
