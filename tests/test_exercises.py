@@ -33,6 +33,10 @@ from named_transformer.exercises import (
     load_learner,
     skeleton,
 )
+from named_transformer.models.attention_weights import AttentionWeights  # noqa: F401
+from named_transformer.models.multihead import merge_heads, project_heads
+from named_transformer.models.rotary import Rotary
+from named_transformer.models.variants import PLAIN, AttentionVariant  # noqa: F401
 from named_transformer.workflows.cli import main
 
 NAMES = list(EXERCISES)
@@ -576,20 +580,44 @@ def _(heads_out, w_o, b_o=None):
     return _concatenate(heads_out, w_o)
 
 
-def _multihead_with(mistake: str, softmax: Callable | None = None) -> Callable:
-    """Multi-head attention right in every way but ``mistake`` (none: ``""``), with
-    ``softmax`` if given."""
+def _neighbour_rotation(heads, offset, base):
+    """RoFormer's pairs, the neighbours (2i, 2i+1): not the library's halves."""
+    key = heads.shape[-1]
+    theta = base ** (-torch.arange(0, key, 2, dtype=heads.dtype) / key)
+    angles = (offset + torch.arange(heads.shape[-2], dtype=heads.dtype))
+    angles = rearrange(angles, "s -> s 1") * theta
+    x, y = rearrange(heads, "... s (p two) -> two ... s p", two=2)
+    turned = [x * angles.cos() - y * angles.sin(), y * angles.cos() + x * angles.sin()]
+    return rearrange(turned, "two ... s p -> ... s (p two)")
 
-    def multihead_attention(inputs, memory, w_q, w_k, w_v, w_o, mask=None, b_q=None,
-                            b_k=None, b_v=None, b_o=None, dropout=0.0, training=False,
-                            fused=False, *, values_from=None, score_bias=None,
-                            block=None):  # fmt: skip
+
+def _multihead_with(mistake: str, softmax: Callable | None = None) -> Callable:
+    """The pipeline right in every way but ``mistake`` (none: ``""``), with
+    ``softmax`` if given: the variant's position part called for R and T, the
+    attention written out, the weights None from a core that does not form them."""
+
+    def multihead(inputs, memory, weights, mask=None, *, variant=PLAIN,
+                  score_bias=None, offset=0, dropout=0.0):  # fmt: skip
+        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o = weights
         if mistake == "biases":
             b_q = b_k = b_v = b_o = None
-        source = memory if values_from is None else values_from
+        positions = variant.positions
         queries, keys = _project(inputs, w_q, b_q), _project(memory, w_k, b_k)
+        values = _project(memory, w_v, b_v)
+        at = 0 if mistake == "offset" else offset
+        if isinstance(positions, Rotary) and mistake == "neighbours":
+            queries = _neighbour_rotation(queries, at, positions.base)
+            keys = _neighbour_rotation(keys, 0, positions.base)
+        elif mistake != "rotation":
+            queries = positions.rotate(queries, at)
+            keys = positions.rotate(keys, at if mistake == "keys offset" else 0)
+        if mistake == "values rotated":
+            values = positions.rotate(values, 0)
         scale = math.sqrt(inputs.shape[-1] if mistake == "layer" else w_q.shape[-1])
         scores = _scaled(queries, keys, scale)
+        term = positions.score_term(queries, keys.shape[-2], at)
+        if term is not None and mistake != "alibi":
+            scores = scores + (-term if mistake == "alibi sign" else term)
         if score_bias is not None and mistake != "score bias":
             scores = scores + rearrange(score_bias, "... q k -> ... 1 q k")
         if mask is not None:
@@ -597,26 +625,36 @@ def _multihead_with(mistake: str, softmax: Callable | None = None) -> Callable:
         chosen = {"overflow": _naive_softmax, "nan": _nan_softmax}.get(
             mistake, softmax or _masked_softmax
         )
-        weights = chosen(scores, mask)
-        output = _plus(_concatenate(weights @ _project(source, w_v, b_v), w_o), b_o)
-        none = (fused or block is not None) and mistake != "weights"
-        return output, None if none else weights
+        attention = chosen(scores, mask)
+        output = _plus(_concatenate(attention @ values, w_o), b_o)
+        none = not variant.core.returns_weights and mistake != "weights"
+        return output, None if none else attention
 
-    return multihead_attention
+    return multihead
 
 
+_ROTARY = "with the rotary part Rotary(base=100.0)"
+_OFFSET = "for the queries at positions 2, 3, 4 (offset=2)"
 for _mistake, _name, _expected in [
     ("layer", "scaled by √|layer|, not √|key| of a head",
      "differs from the heads' attention merged by W^O"),
     ("biases", "the biases forgotten", "with the biases b^Q, b^K, b^V and b^O"),
     ("score bias", "the score bias ignored", "with a score bias, shared by all heads"),
-    ("weights", "the weights returned with fused=True",
-     "returns attention weights with fused=True"),
+    ("rotation", "the rotary part never called", _ROTARY),
+    ("neighbours", "RoPE's pairs taken as neighbours (2i, 2i+1), not halves",
+     _ROTARY),
+    ("values rotated", "the values rotated too", _ROTARY),
+    ("alibi", "the ALiBi part's score term ignored", "with the ALiBi part"),
+    ("alibi sign", "the ALiBi score term subtracted", "with the ALiBi part"),
+    ("offset", "offset ignored: the queries placed from position 0", _OFFSET),
+    ("keys offset", "the keys rotated from offset too", _OFFSET),
+    ("weights", "the weights returned with the fused core",
+     "returns attention weights with the fused core"),
     ("overflow", "exp(x)/sum(exp(x)) without subtracting the maximum", OVERFLOWS),
     ("nan", "-inf fill: a query with no allowed key returns NaN",
      "a query with no allowed key (output) gives NaN, not zeros"),
 ]:  # fmt: skip
-    wrong("multihead_attention", _name, _expected)(_multihead_with(_mistake))
+    wrong("multihead", _name, _expected)(_multihead_with(_mistake))
 
 
 def _relative(queries, keys, a_k, index, mask, scale_all=True, softmax=None):
@@ -1012,9 +1050,25 @@ def _(queries, keys, values, mask=None, *, score_bias=None):
                    values)  # fmt: skip
 
 
-right("multihead_attention", "exp(x - logsumexp(x))")(
-    _multihead_with("", _logsumexp_softmax)
-)
+right("multihead", "exp(x - logsumexp(x))")(_multihead_with("", _logsumexp_softmax))
+
+
+@right("multihead", "project_heads, the part's R and T, the variant's core, "
+       "merge_heads")  # fmt: skip
+def _(inputs, memory, weights, mask=None, *, variant=PLAIN, score_bias=None,
+      offset=0, dropout=0.0):  # fmt: skip
+    positions = variant.positions
+    queries = positions.rotate(project_heads(inputs, weights.w_q, weights.b_q), offset)
+    keys = positions.rotate(project_heads(memory, weights.w_k, weights.b_k), 0)
+    values = project_heads(memory, weights.w_v, weights.b_v)
+    bias = positions.score_term(queries, keys.shape[-2], offset)
+    if score_bias is not None:
+        lifted = rearrange(score_bias, "... q k -> ... 1 q k")
+        bias = lifted if bias is None else bias + lifted
+    if mask is not None:
+        mask = rearrange(mask, "... q k -> ... 1 q k")
+    outputs, attention = variant.core(queries, keys, values, mask, bias, dropout)
+    return merge_heads(outputs, weights.w_o, weights.b_o), attention
 
 
 @right("relative_attention_weights", "exp(x - logsumexp(x))")
@@ -1053,7 +1107,7 @@ def test_every_docstring_promising_zeros_for_a_masked_row_is_checked_on_one():
         if "never NaN" in (inspect.getdoc(inspect.unwrap(function)) or ""):
             checks = [check.__name__ for check in exercise.checks]
             assert any("fully" in check for check in checks), (name, checks)
-    multihead = EXERCISES["multihead_attention"].library_function
+    multihead = EXERCISES["multihead"].library_function
     assert "never NaN" in inspect.getdoc(multihead)  # 0.8.3 promised nothing there
 
 
@@ -1095,6 +1149,15 @@ def test_an_unchecked_implementation_is_caught():
     assert "keep the `checked` decorator" in result.message or "shape error" in (
         result.message
     )
+
+
+def test_multihead_without_checked_fails_the_wrong_shape_check():
+    """A right pipeline without ``@checked``: the mask over 4 keys for a memory of 5
+    is then no shape error, and the check says to keep the decorator."""
+    result = check_exercise(EXERCISES["multihead"], _multihead_with(""))
+    assert result.status == "failed"
+    assert "a mask over 4 keys for a memory of 5" in result.message
+    assert "keep the `checked` decorator" in result.message
 
 
 def test_a_wrong_output_shape_names_the_axis():
@@ -1189,6 +1252,52 @@ def test_init_edit_check_passes(tmp_path, capsys):
     capsys.readouterr()
     assert main(["exercises", "check", str(tmp_path), "softmax"]) == 0
     assert capsys.readouterr().out.splitlines() == ["softmax: passed", "1 of 1 passed"]
+
+
+CORRECT_MULTIHEAD = """
+    w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o = weights
+
+    def project(x, w, b):
+        heads = einsum(x, w, "... seq layer, heads layer key -> ... heads seq key")
+        return heads if b is None else heads + rearrange(b, "h k -> h 1 k")
+
+    queries = variant.positions.rotate(project(inputs, w_q, b_q), offset)
+    keys = variant.positions.rotate(project(memory, w_k, b_k), 0)
+    values = project(memory, w_v, b_v)
+    scores = einsum(queries, keys, "... q key, ... k key -> ... q k")
+    scores = scores / math.sqrt(queries.shape[-1])
+    term = variant.positions.score_term(queries, keys.shape[-2], offset)
+    scores = scores if term is None else scores + term
+    if score_bias is not None:
+        scores = scores + rearrange(score_bias, "... q k -> ... 1 q k")
+    allowed = torch.ones_like(scores, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & rearrange(mask, "... q k -> ... 1 q k")
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    exps = torch.exp(scores - reduce(scores, "... q k -> ... q 1", "max")) * allowed
+    total = reduce(exps, "... q k -> ... q 1", "sum")
+    attention = exps / total.clamp_min(torch.finfo(scores.dtype).tiny)
+    heads = einsum(attention, values, "... q k, ... k val -> ... q val")
+    output = einsum(heads, w_o, "... heads q val, heads val layer -> ... q layer")
+    output = output if b_o is None else output + b_o
+    return output, attention if variant.core.returns_weights else None
+"""
+
+
+def test_init_edit_check_passes_for_the_pipeline(tmp_path, capsys):
+    """The pipeline exercise, written in the learner's file with its header's imports
+    only (AttentionWeights, AttentionVariant and PLAIN among them), passes."""
+    main(["exercises", "init", str(tmp_path)])
+    path = tmp_path / "multihead_attention.py"
+    text = path.read_text()
+    start = text.index("def multihead(")
+    body = text.index("    raise NotImplementedError", start)
+    end = body + len("    raise NotImplementedError")
+    path.write_text(text[:body] + CORRECT_MULTIHEAD.strip("\n") + text[end:])
+    capsys.readouterr()
+    assert main(["exercises", "check", str(tmp_path), "multihead"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["multihead: passed", "1 of 1 passed"]
 
 
 def test_the_whole_check_of_the_library_is_fast(tmp_path, capsys):

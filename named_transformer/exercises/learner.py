@@ -55,6 +55,8 @@ from torch import Tensor  # noqa: F401
 
 from named_transformer.axes import checked  # noqa: F401
 from named_transformer.core.feedforward import relu  # noqa: F401 (a default)
+from named_transformer.models.attention_weights import AttentionWeights  # noqa: F401
+from named_transformer.models.variants import PLAIN, AttentionVariant  # noqa: F401
 '''
 
 

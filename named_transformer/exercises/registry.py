@@ -115,9 +115,9 @@ EXERCISES: dict[str, Exercise] = {
                  "Positional encodings"),
         Exercise("project_heads", f"{_MODELS}.multihead", *_HEADS),
         Exercise("merge_heads", f"{_MODELS}.multihead", *_HEADS),
-        # the library's is a shim of 0.4.0's signature: the exercise's is annotated
-        Exercise("multihead_attention", "named_transformer.exercises.specifications",
-                 *_HEADS),
+        # the pipeline: the weights in one AttentionWeights, the parts in a variant
+        Exercise("multihead", f"{_MODELS}.multihead", "models/multihead-attention.md",
+                 "one-attention-many-variants", "One attention, many variants"),
         Exercise("relative_attention_weights", f"{_MODELS}.relative",
                  "models/positions.md", "relative-positions-shaw-et-al-2018",
                  "Relative positions (Shaw et al. 2018)"),

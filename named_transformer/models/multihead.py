@@ -475,8 +475,13 @@ def multihead(
       \end{aligned}$$
 
     Self-attention passes the inputs as the memory. ``variant`` picks the position
-    scheme ($R$, $T$, $U$) and the core; ``dropout`` is the probability of dropping
-    an attention weight (0 outside training). Returns (output, weights or None).
+    scheme ($R$, $T$, $U$: its part's ``rotate``, ``score_term`` and ``value_term``)
+    and the core; ``offset`` is the first query's position counted from the first
+    key; ``dropout`` is the probability of dropping an attention weight (0 outside
+    training). Returns (output, weights per head); the weights are None from a core
+    that does not form their whole table (fused, blockwise). A query with no allowed
+    key attends to nothing: its weights are zeros and its output is $b^O$ (zeros
+    without it), with zero gradient, never NaN.
     """
     heads = place(project_qkv(inputs, memory, weights), variant.positions, offset)
     return attend_projected(

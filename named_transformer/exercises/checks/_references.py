@@ -10,7 +10,7 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from named_transformer.exercises.checks._support import LARGE, _dyadic, _randn
+from named_transformer.exercises.checks._support import DTYPE, LARGE, _dyadic, _randn
 
 
 def _mm(a: Tensor, b: Tensor) -> Tensor:
@@ -66,6 +66,34 @@ def _merge(heads_out: Tensor, w_o: Tensor, b_o: Tensor | None = None) -> Tensor:
     return merged if b_o is None else merged + b_o
 
 
+def _rotated(heads: Tensor, base: float, offset: int = 0) -> Tensor:
+    """RoPE from its equation: pair i, the channels i and i + |key|/2 read as the
+    complex number x_i + i·y_i, multiplied by exp(i·s·θ_i) at position s (from
+    ``offset``), θ_i = base^(-2i/|key|)."""
+    seq, key = heads.shape[-2], heads.shape[-1]
+    pairs = key // 2
+    theta = base ** (-2.0 * torch.arange(pairs, dtype=torch.float64) / key)
+    positions = offset + torch.arange(seq, dtype=torch.float64)
+    angles = rearrange(positions, "s -> s 1") * rearrange(theta, "p -> 1 p")
+    turn = torch.polar(torch.ones_like(angles), angles)
+    turned = torch.complex(heads[..., :pairs].double(), heads[..., pairs:].double())
+    turned = turned * turn
+    halves = rearrange([turned.real, turned.imag], "two ... s p -> ... s (two p)")
+    return halves.to(heads.dtype)
+
+
+def _linear_biases(heads: int, seq_q: int, seq: int, offset: int = 0) -> Tensor:
+    """ALiBi's (heads, seq_q, seq) table: -m_h·(j - i) for the query at position j
+    (from ``offset``) and the key at i, slopes m_h = 2^(-8h/n), h = 1 … n (n a power
+    of two)."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, dtype=DTYPE) / heads)
+    queries = offset + torch.arange(seq_q, dtype=DTYPE)
+    distance = rearrange(queries, "q -> q 1") - rearrange(
+        torch.arange(seq, dtype=DTYPE), "k -> 1 k"
+    )
+    return -rearrange(slopes, "h -> h 1 1") * distance
+
+
 def _multihead(
     inputs: Tensor,
     memory: Tensor,
@@ -73,16 +101,26 @@ def _multihead(
     mask: Tensor | None = None,
     biases: tuple[Tensor | None, ...] = (None, None, None, None),
     *,
-    values_from: Tensor | None = None,
     score_bias: Tensor | None = None,
+    rotary: float | None = None,
+    alibi: bool = False,
+    offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Vaswani's multi-head attention, (output, each head's weights); ``weights`` are
-    W^Q, W^K, W^V, W^O and ``biases`` b^Q, b^K, b^V, b^O."""
+    W^Q, W^K, W^V, W^O and ``biases`` b^Q, b^K, b^V, b^O. ``rotary`` (a base) rotates
+    the queries from position ``offset`` and the keys from 0; ``alibi`` adds the
+    linear biases of the queries from ``offset``."""
     w_q, w_k, w_v, w_o = weights
     b_q, b_k, b_v, b_o = biases
     queries, keys = _heads(inputs, w_q, b_q), _heads(memory, w_k, b_k)
-    values = _heads(memory if values_from is None else values_from, w_v, b_v)
+    values = _heads(memory, w_v, b_v)
+    if rotary is not None:
+        queries, keys = _rotated(queries, rotary, offset), _rotated(keys, rotary)
     scores = _scaled_scores(queries, keys)
+    if alibi:  # one table per head
+        scores = scores + _linear_biases(
+            w_q.shape[0], queries.shape[-2], keys.shape[-2], offset
+        ).to(scores.dtype)
     if score_bias is not None:  # shared by all heads
         scores = scores + rearrange(score_bias, "... seq_q seq -> ... 1 seq_q seq")
     if mask is not None:
@@ -94,6 +132,16 @@ def _multihead(
 def _head_weights(layer: int, memory: int, seed: int) -> list[Tensor]:
     """W^Q, W^K, W^V, W^O of 2 heads, keys 3 and values 5 wide: every width differs."""
     heads, key, val = 2, 3, 5
+    shapes = [(heads, layer, key), (heads, memory, key), (heads, memory, val),
+              (heads, val, layer)]  # fmt: skip
+    return [_randn(*shape, seed=seed + n) for n, shape in enumerate(shapes)]
+
+
+def _rotary_weights(layer: int, memory: int, seed: int) -> list[Tensor]:
+    """W^Q, W^K, W^V, W^O of 2 heads, keys 4 wide (rotary positions turn pairs of
+    key channels) and values 8 wide (even too, so that rotating them by mistake
+    runs)."""
+    heads, key, val = 2, 4, 8
     shapes = [(heads, layer, key), (heads, memory, key), (heads, memory, val),
               (heads, val, layer)]  # fmt: skip
     return [_randn(*shape, seed=seed + n) for n, shape in enumerate(shapes)]
