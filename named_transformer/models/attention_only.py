@@ -131,8 +131,8 @@ class AttentionOnlyModel(CountsParameters, nn.Module):
 def qk_circuit(
     w_q: Float[Tensor, "layer_q key"], w_k: Float[Tensor, "layer key"]
 ) -> Float[Tensor, "layer_q layer"]:
-    r"""$W^{QK}_h = W^Q_h \ndot{key} W^K_h$: the score of a query that reads $x$ and a
-    key that reads $y$ is $x \ndot{layer_q} W^{QK}_h \ndot{layer} y / \sqrt{|key|}$."""
+    r"""$W^{QK}_h = W^Q_h \ndot{key} W^K_h$: a query that reads $x$ scores a key that
+    reads $y$ by $x \ndot{layer_q} W^{QK}_h \ndot{layer} y / \sqrt{|\mathsf{key}|}$."""
     return einsum(w_q, w_k, "layer_q key, layer key -> layer_q layer")
 
 
