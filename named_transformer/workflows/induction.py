@@ -19,8 +19,8 @@ Every ``eval_every`` steps :func:`train_induction` records, with
   (the mean over a few periods, so that a head attending a fixed distance back does
   not score as an induction head);
 - the loss on the repeated half of those sequences;
-- the in-context-learning score (Olsson et al.): the loss at a late token minus the
-  loss at an early one, on held-out rows,
+- the in-context-learning score (Olsson et al.): the loss at late tokens (the
+  second half of a row) minus the loss at an early one, on held-out rows,
   $\text{ICL} = \bar\ell_{\text{late}} - \bar\ell_{\text{early}}$ (negative: the
   model predicts better with more context).
 """
@@ -190,13 +190,18 @@ def icl_score(
     model: AttentionOnlyModel, rows: Int[Tensor, "batch seq"], early: int,
     edits: Mapping[str, inside.Edit] | None = None,
 ) -> float:  # fmt: skip
-    r"""The loss at the last token minus the loss at token ``early``, over ``rows``
-    (Olsson et al.'s in-context-learning score; negative: later tokens are predicted
-    better, from what the row said before)."""
+    r"""The mean loss on the tokens of the second half of ``rows`` minus the loss on
+    token ``early`` (Olsson et al.'s in-context-learning score, late minus early;
+    negative: later tokens are predicted better, from what the row said before).
+
+    The late tokens are a half rather than the last one: a row's copy ends anywhere,
+    so the last token is seldom in it, while most copies cover some of the second
+    half."""
     with torch.no_grad(), inside.edit(model, edits or {}):
         losses = token_losses(model(rows[:, :-1]), rows[:, 1:])
     mean = reduce(losses, "batch seq -> seq", "mean")
-    return float(mean[-1] - mean[early - 1])
+    late = mean[len(mean) // 2 :]
+    return float(late.mean() - mean[early - 1])
 
 
 # --8<-- [end:icl_score]
