@@ -99,6 +99,13 @@ from named_transformer.models.alibi import (
     alibi_attend_heads,
     alibi_multihead_attention,
 )
+from named_transformer.models.attention_only import (
+    AttentionOnlyLayer,
+    AttentionOnlyModel,
+    composition_score,
+    ov_circuit,
+    qk_circuit,
+)
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.classifier import TransformerClassifier, masked_max
 from named_transformer.models.config import TransformerConfig
@@ -388,6 +395,12 @@ __all__ = [
     "record",
     "repeated_tokens",
     "residual_stream",
+    # watch a circuit form: the attention-only model and its circuits
+    "AttentionOnlyLayer",
+    "AttentionOnlyModel",
+    "composition_score",
+    "ov_circuit",
+    "qk_circuit",
 ]
 __version__ = "0.8.3"
 

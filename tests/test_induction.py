@@ -4,6 +4,9 @@ the norm of the product of the weights' circuits."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -133,3 +136,55 @@ def test_a_record_nested_in_an_edit_names_its_taps_by_module_path():
         model(tokens)
     assert float(outer[name].tensor[:, 1].abs().max()) == 0.0
     assert float(outer[name].tensor[:, 0].abs().max()) > 0.0
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs/figures/induction/results.json"
+PAGE = Path(__file__).resolve().parents[1] / "docs/models/induction-heads.md"
+
+
+def test_the_page_says_what_the_committed_run_measured():
+    run = json.loads(RESULTS.read_text())
+    two, one = run["two_layers"], run["one_layer"]
+    at = {step: i for i, step in enumerate(two["step"])}
+    best = [max(scores[1]) for scores in two["induction"]]
+    previous = [scores[0][1] for scores in two["previous"]]
+    ablated = {row["ablated"]: row for row in run["ablations"]}
+    claims = {  # what the page writes: the value the JSON holds
+        f"took {run['seconds']:.0f} s": True,
+        f"and {run['control_seconds']:.0f} s for the": True,
+        "Between steps 1,500 and 1,900": run["phase_change"] == [1500, 1900],
+        "no head of layer 1 scores above 0.14": max(best[: at[1500]]) < 0.14,
+        "is still 3.22 nats at step 1,400": round(two["repeated_loss"][at[1400]], 2)
+        == 3.22,
+        "goes from 0.21 to 0.73": (round(best[at[1500]], 2), round(best[at[1900]], 2))
+        == (0.21, 0.73),
+        "peaks at 0.77 at step 2,300 and ends at 0.70": (
+            round(max(best), 2), two["step"][best.index(max(best))], round(best[-1], 2)
+        ) == (0.77, 2300, 0.70),
+        "from 0.25 at step 1,500 to 0.85 at step 2,000 and ends at 0.96": (
+            round(previous[at[1500]], 2), round(previous[at[2000]], 2),
+            round(previous[-1], 2),
+        ) == (0.25, 0.85, 0.96),
+        "falls from 3.18\n  at step 1,500 to 1.70 at step 2,000 and ends at 1.40": [
+            round(two["repeated_loss"][i], 2) for i in (at[1500], at[2000], -1)
+        ] == [3.18, 1.70, 1.40],
+        "−0.06 at step 1,400,\n  −0.83 at step 2,000 and −0.97 at the end": [
+            round(two["icl"][i], 2) for i in (at[1400], at[2000], -1)
+        ] == [-0.06, -0.83, -0.97],
+        "never scores above 0.14": max(max(s[0]) for s in one["induction"]) < 0.14,
+        "ends at 3.14 and its\n  ICL score at −0.10": (
+            round(one["repeated_loss"][-1], 2), round(one["icl"][-1], 2)
+        ) == (3.14, -0.10),
+        "falls from 0.70 to 0.09": round(ablated["0.1"]["induction"][1][1], 2) == 0.09,
+        "rises from 1.40 to 3.21": round(ablated["0.1"]["repeated_loss"], 2) == 3.21,
+        "from −0.97 to −0.10": round(ablated["0.1"]["icl"], 2) == -0.10,
+        "stays at 0.71": round(ablated["0.0"]["induction"][1][1], 2) == 0.71,
+        "+0.07; zeroing head 1.0 leaves it at −1.06": (
+            round(ablated["1.1"]["icl"], 2), round(ablated["1.0"]["icl"], 2)
+        ) == (0.07, -1.06),
+        "The pair (1.1, 0.1) composes most, 0.27": round(run["composition"][1][1], 2)
+        == 0.27,
+    }
+    page = PAGE.read_text()
+    assert [claim for claim in claims if claim not in page] == []
+    assert [claim for claim, holds in claims.items() if not holds] == []

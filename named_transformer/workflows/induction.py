@@ -27,9 +27,10 @@ Every ``eval_every`` steps :func:`train_induction` records, with
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,6 +64,18 @@ __all__ = [
 ATTENDED = "blocks.layers.{}.self_attention.attended"
 
 
+@contextlib.contextmanager
+def _threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the block (see
+    ``InductionSettings.threads``), then put back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 # --8<-- [start:InductionSettings]
 @dataclass(frozen=True)
 class InductionSettings:
@@ -83,8 +96,8 @@ class InductionSettings:
     eval_rows: int = 32  # repeated sequences (each period) and held-out rows
     early: int = 3  # the ICL score's early token (no repeat can reach it)
     seed: int = 0
-    # torch's threads while training: the products are tiny, and on a busy 2-core
-    # machine one thread took 30 ms a step where two took 500 to 900 ms
+    # torch's threads while training and scoring: the products are tiny, and on a
+    # busy 2-core machine one thread took 30 ms a step where two took 500 to 900 ms
     threads: int = 1
 
     def __post_init__(self) -> None:
@@ -132,9 +145,6 @@ def repeated_segments(
     return rows.gather(-1, source)
 
 
-# --8<-- [end:repeated_segments]
-
-
 @checked
 def token_losses(
     log_probs: Float[Tensor, "*batch seq vocab"], targets: Int[Tensor, "*batch seq"]
@@ -142,6 +152,9 @@ def token_losses(
     r"""$-\log p(t_{j+1} \mid t_{\le j})$ at every position $j$."""
     picked = log_probs.gather(-1, rearrange(targets, "... seq -> ... seq 1"))
     return -rearrange(picked, "... seq 1 -> ... seq")
+
+
+# --8<-- [end:repeated_segments]
 
 
 # --8<-- [start:head_scores]
@@ -153,7 +166,7 @@ def head_scores(
     over ``settings.periods``) and the loss on the repeated half, with ``edits``
     applied (:func:`~named_transformer.inside.recording.ablate`)."""
     induction, previous, repeated = [], [], []
-    with torch.no_grad(), inside.edit(model, edits or {}):
+    with _threads(settings.threads), torch.no_grad(), inside.edit(model, edits or {}):
         for period in settings.periods:
             tokens = inside.repeated_tokens(
                 settings.vocab, period, settings.eval_rows, seed=period
@@ -244,12 +257,8 @@ def train_induction(
     curves, and its attention weights on one repeated sequence before training
     (``layers`` tensors ``heads seq_q seq``), for the before-and-after maps."""
     s = settings or InductionSettings()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(s.threads)
-    try:
+    with _threads(s.threads):
         return _train(s, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(
@@ -293,9 +302,6 @@ def _train(
     return model, curves, before
 
 
-# --8<-- [end:train_induction]
-
-
 @checked
 def example_weights(
     model: AttentionOnlyModel, settings: InductionSettings, period: int | None = None
@@ -307,6 +313,9 @@ def example_weights(
     with torch.no_grad():
         _, weights = model(tokens, need_weights=True)
     return [w[0] for w in weights]
+
+
+# --8<-- [end:train_induction]
 
 
 # --8<-- [start:phase_change]
@@ -335,7 +344,7 @@ def composition_scores(model: AttentionOnlyModel) -> list[list[float]]:
     ``scores[h1][h0]``."""
     first = model.blocks.layers[0].self_attention
     second = model.blocks.layers[1].self_attention
-    with torch.no_grad():
+    with _threads(1), torch.no_grad():
         return [
             [
                 float(composition_score(
@@ -363,11 +372,12 @@ def ablation_effects(
         for head in range(block.self_attention.heads):
             ablated = {ATTENDED.format(layer): inside.ablate("heads", head)}
             runs.append((f"{layer}.{head}", ablated))
-    return [
-        {"ablated": name, **head_scores(model, settings, edits),
-         "icl": icl_score(model, rows, settings.early, edits)}
-        for name, edits in runs
-    ]  # fmt: skip
+    with _threads(settings.threads):
+        return [
+            {"ablated": name, **head_scores(model, settings, edits),
+             "icl": icl_score(model, rows, settings.early, edits)}
+            for name, edits in runs
+        ]  # fmt: skip
 
 
 # --8<-- [end:ablation_effects]
