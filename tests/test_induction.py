@@ -189,3 +189,17 @@ def test_the_page_says_what_the_committed_run_measured():
     page = PAGE.read_text()
     assert [claim for claim in claims if claim not in page] == []
     assert [claim for claim, holds in claims.items() if not holds] == []
+
+
+def test_train_induction_writes_the_curves_and_the_model(tmp_path, capsys):
+    from named_transformer.workflows.cli import main
+
+    argv = ["train", "induction", "--steps", "20", "--eval-every", "10",
+            "--seed", "3", "--out", str(tmp_path), "--no-figure", "--no-progress"]
+    assert main(argv) == 0  # fmt: skip
+    run = json.loads((tmp_path / "curves.json").read_text())
+    assert run["step"] == [0, 10, 20] and run["settings"]["seed"] == 3
+    assert len(run["induction"][-1]) == 2  # layers
+    model = AttentionOnlyModel(28)
+    model.load_state_dict(torch.load(tmp_path / "model.pt"))
+    assert "phase change: none visible" in capsys.readouterr().out

@@ -21,46 +21,18 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from named_transformer.plot import attention_heatmap, line_plot  # noqa: E402
+from named_transformer.plot import attention_heatmap  # noqa: E402
 from named_transformer.workflows.induction import (  # noqa: E402
     InductionSettings,
     ablation_effects,
     composition_scores,
+    curves_figure,
     example_weights,
     phase_change,
     train_induction,
 )
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures" / "induction"
-
-
-def curves_figure(two, one, phase, path: Path) -> None:
-    """Scores of every head over the steps (left), losses and ICL (right)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    scores = {}
-    for layer in range(2):
-        for head in range(len(two.induction[0][layer])):
-            scores[f"induction {layer}.{head}"] = [s[layer][head]
-                                                   for s in two.induction]
-    for head in range(len(two.previous[0][0])):
-        scores[f"previous-token 0.{head}"] = [s[0][head] for s in two.previous]
-    scores["one-layer control: best induction"] = one.best_induction(0)
-    styles = {name: {"linestyle": ":"} for name in scores if "previous" in name}
-    styles["one-layer control: best induction"] = {"linestyle": "--",
-                                                   "color": "grey"}
-    line_plot(two.step, scores, ax=left, xlabel="step", ylabel="score",
-              title="heads' scores", styles=styles)  # fmt: skip
-    losses = {"loss on the repeated half (nats)": two.repeated_loss,
-              "ICL score (late - early, nats)": two.icl}  # fmt: skip
-    line_plot(two.step, losses, ax=right, xlabel="step", ylabel="nats",
-              title="loss and in-context learning")  # fmt: skip
-    if phase is not None:
-        for ax in (left, right):
-            ax.axvspan(*phase, color="orange", alpha=0.25, label="phase change")
-        left.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def attention_figure(before, after, path: Path) -> None:
@@ -119,7 +91,7 @@ def main() -> None:
     }
     torch.save(model.state_dict(), FIGURES / "model.pt")  # 40 KB: the page loads it
     (FIGURES / "results.json").write_text(json.dumps(rounded(results)) + "\n")
-    curves_figure(two, one, phase, FIGURES / "curves.png")
+    curves_figure(two, FIGURES / "curves.png", control=one, phase=phase)
     attention_figure(before, after, FIGURES / "attention.png")
     print(f"{seconds:.0f} s; phase change {phase}; final induction "
           f"{two.best_induction()[-1]:.2f}; one layer's best "

@@ -28,10 +28,12 @@ Every ``eval_every`` steps :func:`train_induction` records, with
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,12 +55,14 @@ __all__ = [
     "InductionSettings",
     "ablation_effects",
     "composition_scores",
+    "curves_figure",
     "head_scores",
     "icl_score",
     "phase_change",
     "repeated_segments",
     "token_losses",
     "train_induction",
+    "train_induction_command",
 ]
 
 ATTENDED = "blocks.layers.{}.self_attention.attended"
@@ -381,3 +385,76 @@ def ablation_effects(
 
 
 # --8<-- [end:ablation_effects]
+
+
+# --8<-- [start:command]
+def curves_figure(
+    curves: InductionCurves, path: str | Path, *,
+    control: InductionCurves | None = None, phase: tuple[int, int] | None = None,
+) -> None:  # fmt: skip
+    """Every head's scores over the steps (left; the one-layer ``control``'s best
+    head dashed), the loss on the repeated half and the ICL score (right), the
+    ``phase`` change shaded; written to ``path``."""
+    from named_transformer import plot
+
+    figure, (left, right) = plot._pyplot().subplots(1, 2, figsize=(11, 3.8))
+    scores, styles = {}, {}
+    for layer, heads in enumerate(curves.induction[0]):
+        for head in range(len(heads)):
+            scores[f"induction {layer}.{head}"] = [
+                step[layer][head] for step in curves.induction
+            ]
+    for head in range(len(curves.previous[0][0])):
+        name = f"previous-token 0.{head}"
+        scores[name] = [step[0][head] for step in curves.previous]
+        styles[name] = {"linestyle": ":"}
+    if control is not None:
+        name = "one-layer control: best induction"
+        scores[name] = control.best_induction(0)
+        styles[name] = {"linestyle": "--", "color": "grey"}
+    plot.line_plot(curves.step, scores, ax=left, xlabel="step", ylabel="score",
+                   title="heads' scores", styles=styles)  # fmt: skip
+    losses = {"loss on the repeated half (nats)": curves.repeated_loss,
+              "ICL score (late - early, nats)": curves.icl}  # fmt: skip
+    plot.line_plot(curves.step, losses, ax=right, xlabel="step", ylabel="nats",
+                   title="loss and in-context learning")  # fmt: skip
+    if phase is not None:
+        for ax in (left, right):
+            ax.axvspan(*phase, color="orange", alpha=0.25, label="phase change")
+        left.legend(fontsize=7)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plot._pyplot().close(figure)
+
+
+def train_induction_command(args: Any) -> int:
+    """``python -m named_transformer train induction``: train the recipe (``--steps``,
+    ``--seed``, ``--eval-every``, ``--batch-size`` over its defaults), then write
+    ``curves.json``, ``model.pt`` and ``curves.png`` to ``--out``."""
+    given = {name: getattr(args, name) for name in
+             ("steps", "seed", "eval_every", "batch_size")
+             if getattr(args, name, None) is not None}  # fmt: skip
+    settings = InductionSettings(**given)
+    out = Path(args.out or Path("runs") / "induction")
+    model, curves, _ = train_induction(settings, progress=not args.no_progress)
+    phase = phase_change(curves.step, curves.best_induction())
+    out.mkdir(parents=True, exist_ok=True)
+    run = {**curves.to_json(), "phase_change": phase}
+    (out / "curves.json").write_text(json.dumps(run) + "\n")
+    torch.save(model.state_dict(), out / "model.pt")
+    seen = "none visible" if phase is None else f"steps {phase[0]} to {phase[1]}"
+    print(f"trained {settings.layers} attention-only layers for {settings.steps} "
+          f"steps in {curves.seconds[-1]:.0f} s: best layer-{settings.layers - 1} "
+          f"induction score {curves.best_induction()[-1]:.2f}, ICL score "
+          f"{curves.icl[-1]:+.2f} nats; phase change: {seen}; curves: "
+          f"{out / 'curves.json'}")  # fmt: skip
+    if not args.no_figure:
+        figure = Path(args.figure or out / "curves.png")
+        curves_figure(curves, figure, phase=phase)
+        print(f"figure: {figure}")
+    return 0
+
+
+# --8<-- [end:command]
