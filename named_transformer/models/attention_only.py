@@ -16,8 +16,9 @@ keys read what a head of layer 0 wrote *composes* with it (K-composition,
 
 The parts are the library's: :class:`~named_transformer.models.embedding.TokenEmbedding`
 (scaled by $\sqrt{|\mathsf{layer}|}$ as in the paper: unscaled, the rows are
-$\sqrt{|\mathsf{layer}|}$ times smaller than the positions and no induction head
-formed in 16,000 steps on this recipe), the fixed sinusoidal positions, one
+$\sqrt{|\mathsf{layer}|}$ times smaller than the positions, and a plain PyTorch copy
+of this model formed no induction head in 16,000 steps of the induction recipe), the
+fixed sinusoidal positions, one
 :class:`~named_transformer.models.multihead.MultiHeadAttention` per layer (no biases)
 and a generator tied to the embedding. The modules sit at the paths of a
 :class:`~named_transformer.models.language_model.LanguageModel`
