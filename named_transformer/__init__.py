@@ -88,7 +88,23 @@ from named_transformer.interop.pytorch import (
     mask_from_torch,
     to_torch,
 )
+<<<<<<< HEAD
 from named_transformer.models.alibi import ALiBi, LinearBiases
+=======
+from named_transformer.models.alibi import (
+    ALiBi,
+    ALiBiMultiHeadAttention,
+    alibi_attend_heads,
+    alibi_multihead_attention,
+)
+from named_transformer.models.attention_only import (
+    AttentionOnlyLayer,
+    AttentionOnlyModel,
+    composition_score,
+    ov_circuit,
+    qk_circuit,
+)
+>>>>>>> h-induction
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.config import TransformerConfig
@@ -295,8 +311,17 @@ __all__ = [
     "record",
     "repeated_tokens",
     "residual_stream",
+<<<<<<< HEAD
     # 0.9.0: the attention owns its position scheme; the configuration builds all
     "register_scheme",
+=======
+    # watch a circuit form: the attention-only model and its circuits
+    "AttentionOnlyLayer",
+    "AttentionOnlyModel",
+    "composition_score",
+    "ov_circuit",
+    "qk_circuit",
+>>>>>>> h-induction
 ]
 __version__ = "0.9.0"
 

@@ -108,6 +108,9 @@ AXES: dict[str, Axis] = {
     "layer_out": Axis(
         r"\mathsf{layer'}", "output of a position-wise affine map, renamed to layer"
     ),
+    "layer_q": Axis(
+        r"\mathsf{layer_q}", "the stream a QK circuit's queries read (Elhage et al.)"
+    ),
     "layers": Axis(r"\mathsf{layers}", "a model's layers, stacked (attention maps)"),
     "sentences": Axis(r"\mathsf{sentences}", "sentences embedded together"),
     "pairs": Axis(

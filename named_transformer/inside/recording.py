@@ -319,7 +319,9 @@ def _session(
     if outer is not None:
         session.records = outer.records + session.records
         session.edits = {**outer.edits, **session.edits}
-        # one stack of module paths: the outer session's hooks push onto it
+        # the same path stack: the outer session's hooks push the module paths of a
+        # model it hooked, and this session names its taps from them (a copy would
+        # stay empty, and an edit nested in a record would see bare names)
         session.scopes, session.hooked = outer.scopes, set(outer.hooked)
     handles = [] if model is None else _hook(session, model)
     token = _ACTIVE.set(session)

@@ -138,6 +138,10 @@ def _train(args: argparse.Namespace) -> int:
         from named_transformer.workflows.text import train_text_command
 
         return train_text_command(args)
+    if args.task == "induction":  # the attention-only model on repeated segments
+        from named_transformer.workflows.induction import train_induction_command
+
+        return train_induction_command(args)
 
     out = Path(args.out or Path("runs") / args.task)
     settings = run_settings(args)
@@ -274,9 +278,10 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     add = train.add_argument
     add(
         "task",
-        choices=[*sorted(TASKS), "text"],
+        choices=[*sorted(TASKS), "text", "induction"],
         help="the generated task, or text: the decoder-only model on real text "
-        "(the text options below)",
+        "(the text options below), or induction: watch an induction head form in "
+        "a two-layer attention-only model",
     )
     add(
         "--model",
