@@ -88,15 +88,7 @@ from named_transformer.interop.pytorch import (
     mask_from_torch,
     to_torch,
 )
-<<<<<<< HEAD
 from named_transformer.models.alibi import ALiBi, LinearBiases
-=======
-from named_transformer.models.alibi import (
-    ALiBi,
-    ALiBiMultiHeadAttention,
-    alibi_attend_heads,
-    alibi_multihead_attention,
-)
 from named_transformer.models.attention_only import (
     AttentionOnlyLayer,
     AttentionOnlyModel,
@@ -104,7 +96,6 @@ from named_transformer.models.attention_only import (
     ov_circuit,
     qk_circuit,
 )
->>>>>>> h-induction
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.config import TransformerConfig
@@ -311,17 +302,14 @@ __all__ = [
     "record",
     "repeated_tokens",
     "residual_stream",
-<<<<<<< HEAD
     # 0.9.0: the attention owns its position scheme; the configuration builds all
     "register_scheme",
-=======
-    # watch a circuit form: the attention-only model and its circuits
+    # 0.9.0: watch a circuit form
     "AttentionOnlyLayer",
     "AttentionOnlyModel",
     "composition_score",
     "ov_circuit",
     "qk_circuit",
->>>>>>> h-induction
 ]
 __version__ = "0.9.0"
 

@@ -162,6 +162,8 @@ ADDED_IN_0_8_0 = ["additive_mask", "softmax_"]
 ADDED_IN_0_9_0 = [
     "Learned", "LinearBiases", "PositionScheme", "RelativeTables", "Sinusoidal",
     "register_scheme",
+    "AttentionOnlyLayer", "AttentionOnlyModel", "composition_score", "ov_circuit",
+    "qk_circuit",
 ]  # fmt: skip
 REMOVED_IN_0_9_0 = [
     "ALiBiMultiHeadAttention", "RelativeMultiHeadAttention", "RotaryMultiHeadAttention",
