@@ -21,7 +21,6 @@ import pytest
 import torch
 
 import named_transformer as nt
-
 from named_transformer.workflows.data import Example
 from named_transformer.workflows.kinds import kind_of
 from named_transformer.workflows.runner import load_run

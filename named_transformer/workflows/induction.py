@@ -177,7 +177,7 @@ def head_scores(
             )
             with inside.record(model, "*.weights") as found:
                 log_probs = model(tokens)
-            induction.append(inside.induction_scores(found, period).tensor)
+            induction.append(inside.induction_scores(found, tokens).tensor)
             previous.append(inside.previous_token_scores(found).tensor)
             second = token_losses(log_probs[:, period:-1], tokens[:, period + 1 :])
             repeated.append(float(second.mean()))
