@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import named_transformer as nt
-from named_transformer.inside.recording import Named, ablate, edit, patch, record
+from named_transformer.recording import Named, ablate, edit, patch, record
 
 VOCAB = 23
 

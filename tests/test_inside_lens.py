@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import named_transformer as nt
-from named_transformer.inside.recording import record
+from named_transformer.recording import record
 from tests.test_inside import VOCAB, _tokens, gpt2_layout, llama_layout
 
 pytest.importorskip("transformer_lens")

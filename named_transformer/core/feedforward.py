@@ -40,7 +40,7 @@ from torch import Tensor
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.core import fast
-from named_transformer.inside.recording import tap
+from named_transformer.recording import tap
 
 __all__ = ["feed_forward", "gated_feed_forward", "gelu", "gelu_tanh", "relu", "silu"]
 

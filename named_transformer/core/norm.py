@@ -23,7 +23,7 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.core import fast
-from named_transformer.inside.recording import tap
+from named_transformer.recording import tap
 
 __all__ = ["layer_norm", "rms_norm", "standardize"]
 

@@ -39,7 +39,6 @@ from torch import Tensor, nn
 from named_transformer.core.feedforward import feed_forward, gated_feed_forward
 from named_transformer.core.masks import causal_mask, sliding_window_mask
 from named_transformer.core.norm import layer_norm, rms_norm
-from named_transformer.inside.recording import tapping
 from named_transformer.models.multihead import (
     Heads,
     MultiHeadAttention,
@@ -58,6 +57,7 @@ from named_transformer.models.sublayers import (
     RMSNorm,
 )
 from named_transformer.models.variants import AttentionVariant
+from named_transformer.recording import tapping
 
 __all__ = ["IncrementalDecoder"]
 

@@ -14,7 +14,7 @@ from named_transformer.inside.analyses import (
     residual_stream,
 )
 from named_transformer.inside.patching import patching_grid
-from named_transformer.inside.recording import (
+from named_transformer.recording import (
     Edit,
     Named,
     Record,

@@ -1,6 +1,6 @@
 r"""Analyses as named equations, each a few lines on top of
-:func:`~named_transformer.inside.recording.record` and
-:func:`~named_transformer.inside.recording.edit`; the equations themselves are tensor
+:func:`~named_transformer.recording.record` and
+:func:`~named_transformer.recording.edit`; the equations themselves are tensor
 functions (:func:`lens`, :func:`head_attribution`, :func:`induction_score`), which the
 exercises of the page "Look inside a Transformer" ask for.
 
@@ -42,8 +42,8 @@ from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
-from named_transformer.inside.recording import Named, Record
 from named_transformer.models.generator import log_probabilities
+from named_transformer.recording import Named, Record
 
 __all__ = [
     "direct_logit_attribution",

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
-from named_transformer.inside.recording import Named, Record, edit, patch, record
+from named_transformer.recording import Named, Record, edit, patch, record
 
 __all__ = ["patching_grid"]
 

@@ -35,11 +35,11 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.core.masks import causal_mask
-from named_transformer.inside.recording import tap
 from named_transformer.models.embedding import SinusoidalPositions, TokenEmbedding
 from named_transformer.models.generator import Generator
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
+from named_transformer.recording import tap
 
 __all__ = [
     "AttentionOnlyLayer",

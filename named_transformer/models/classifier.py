@@ -28,11 +28,11 @@ from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
-from named_transformer.inside.recording import tap
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.embedding import TokenEmbedding, embed_positions
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.parameters import CountsParameters
+from named_transformer.recording import tap
 
 __all__ = ["TransformerClassifier", "masked_max"]
 

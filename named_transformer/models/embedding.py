@@ -33,8 +33,8 @@ from torch import Tensor, nn
 from named_transformer.axes import checked, shape_checks_enabled
 from named_transformer.core.dropout import dropout as drop
 from named_transformer.core.positions import sinusoidal_positions
-from named_transformer.inside.recording import tap
 from named_transformer.models.variants import PositionScheme, register_scheme
+from named_transformer.recording import tap
 
 __all__ = [
     "Learned",

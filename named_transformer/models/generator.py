@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
-from named_transformer.inside.recording import tap
+from named_transformer.recording import tap
 
 __all__ = ["Generator", "log_probabilities"]
 

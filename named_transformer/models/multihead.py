@@ -66,7 +66,6 @@ from named_transformer.contraction import einsum
 from named_transformer.core import fast
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
-from named_transformer.inside.recording import tap, tapping
 from named_transformer.models.attention_weights import AttentionWeights
 from named_transformer.models.cores import (
     AUTOMATIC,
@@ -90,6 +89,7 @@ from named_transformer.models.variants import (
     PositionScheme,
     check_variant,
 )
+from named_transformer.recording import tap, tapping
 
 __all__ = [
     "AttentionWeights",
@@ -239,7 +239,7 @@ class Heads(NamedTuple):
 
 def _tapped(heads: Heads) -> Heads:
     """Q, K and V per head, through the taps ``queries``, ``keys``, ``values``
-    (:mod:`~named_transformer.inside.recording`)."""
+    (:mod:`~named_transformer.recording`)."""
     if tapping() is None:
         return heads
     return Heads(

@@ -45,8 +45,8 @@ from named_transformer.core.attention import attend
 from named_transformer.core.masks import padding_mask
 from named_transformer.core.scores import additive_score, dot_score, general_score
 from named_transformer.core.softmax import softmax
-from named_transformer.inside.recording import scope, tap
 from named_transformer.models.rnn import GRUCell
+from named_transformer.recording import scope, tap
 
 __all__ = [
     "SCORES",

@@ -45,7 +45,7 @@ from named_transformer.core.feedforward import (
     silu,
 )
 from named_transformer.core.norm import layer_norm, rms_norm
-from named_transformer.inside.recording import tap
+from named_transformer.recording import tap
 
 __all__ = [
     "ACTIVATIONS",

@@ -12,7 +12,7 @@ vocabulary and the context, and characters need both larger. So the recipe uses
 random tokens alone, 28 of them, 32 positions a row.
 
 Every ``eval_every`` steps :func:`train_induction` records, with
-:func:`~named_transformer.inside.recording.record` and the analyses of
+:func:`~named_transformer.recording.record` and the analyses of
 :mod:`~named_transformer.inside.analyses`:
 
 - each head's induction score and previous-token score on repeated random tokens
@@ -168,7 +168,7 @@ def head_scores(
 ) -> dict[str, list]:  # fmt: skip
     """Each head's induction and previous-token scores (``layers heads``, the mean
     over ``settings.periods``) and the loss on the repeated half, with ``edits``
-    applied (:func:`~named_transformer.inside.recording.ablate`)."""
+    applied (:func:`~named_transformer.recording.ablate`)."""
     induction, previous, repeated = [], [], []
     with _threads(settings.threads), torch.no_grad(), inside.edit(model, edits or {}):
         for period in settings.periods:
