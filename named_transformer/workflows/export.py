@@ -78,7 +78,24 @@ def export_minilm(out: str | Path, folder: str | Path | None = None) -> dict[str
     return export_onnx(encoder, out, metadata)
 
 
+def _check_targets(checkpoint: str, out: str | Path) -> None:
+    """Every file the export will write, checked before the minutes of exporting:
+    one line (exit status 2) for a folder in the way or a place that cannot be
+    written."""
+    from named_transformer.workflows.cli import writable_file
+
+    out = Path(out)
+    targets = [out, out.with_suffix(".json")]
+    if checkpoint == "minilm":
+        targets.append(out.with_name(f"{out.stem}.tokenizer.json"))
+    for target in targets:
+        writable_file(target, "export target")
+    if checkpoint != "minilm" and not Path(checkpoint).is_file():
+        raise ValueError(f"no checkpoint at {checkpoint}")
+
+
 def _export(args: argparse.Namespace) -> int:
+    _check_targets(args.checkpoint, args.out)
     if args.checkpoint == "minilm":
         sidecar = export_minilm(args.out)
     else:
