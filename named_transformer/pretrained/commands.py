@@ -110,7 +110,8 @@ def _continue_checkpoint(args: argparse.Namespace) -> int:
     """``generate CHECKPOINT "prompt"``: a text model trained by ``train text``."""
     from named_transformer.workflows.text import generate_from_checkpoint
 
-    _loading("the text model", Path(args.checkpoint))
+    if Path(args.checkpoint).is_file():  # else one line: no checkpoint there
+        _loading("the text model", Path(args.checkpoint))
     print(generate_from_checkpoint(
         args.checkpoint, args.prompt,
         length=args.max_new_tokens or 300,

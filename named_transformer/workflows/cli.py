@@ -243,13 +243,15 @@ def _train(args: argparse.Namespace) -> int:
                                 "loss.png" if text else "attention.png")  # fmt: skip
     checkpoint = out / "checkpoint.pt"
     before = _stamp(checkpoint)
-    if not args.no_progress:  # the first line at once: making the data takes a while
-        print(_start_line(args, settings, out), file=sys.stderr, flush=True)
+    start = _start_line(args, settings, out)  # checks the model kind fits the task
+    start = None if args.no_progress else start
     try:
-        if text:
+        if text:  # says `start` once the corpus is read (one line if it is bad)
             from named_transformer.workflows.text import train_text_command
 
-            return train_text_command(args)
+            return train_text_command(args, start)
+        if start:  # the first line at once: making the data takes a while
+            print(start, file=sys.stderr, flush=True)
         return _train_task(args, settings, out, figure)
     except KeyboardInterrupt as interrupted:
         print(interrupted_line(interrupted, checkpoint, before), file=sys.stderr)
@@ -264,9 +266,10 @@ def _start_line(
         what = f"the text model on {args.corpus or 'the pydoc_data corpus'}"
     else:
         steps = settings.steps
-        kind = args.model or next(
-            k for k in KINDS if kind_of(k).learns == TASKS[args.task].kind
-        )
+        learns = TASKS[args.task].kind
+        kind = args.model or next(k for k in KINDS if kind_of(k).learns == learns)
+        if kind_of(kind).learns != learns:
+            raise ValueError(f"task {args.task!r} cannot be learned by a {kind} model")
         what = f"a {settings.size} {kind} model on {args.task}"
     return (f"training {what} (at most {steps} steps) into {out}; Ctrl-C stops "
             "and saves a checkpoint")  # fmt: skip

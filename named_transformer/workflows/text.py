@@ -445,10 +445,13 @@ def text_settings(args: Any) -> TextSettings:
     return TextSettings(**given)
 
 
-def train_text_command(args: Any) -> int:
-    """``python -m named_transformer train text``: train, report, draw, checkpoint."""
+def train_text_command(args: Any, start: str | None = None) -> int:
+    """``python -m named_transformer train text``: train, report, draw, checkpoint;
+    ``start`` (a line saying what trains) goes to stderr once the corpus is read."""
     settings = text_settings(args)
     text = read_corpus(args.corpus, settings.context)
+    if start:
+        print(start, file=sys.stderr, flush=True)
     out = Path(args.out or Path("runs") / "text")
     run = train_text(text, settings, directory=out, progress=not args.no_progress,
                      resume=args.resume)  # fmt: skip
