@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -316,3 +317,46 @@ def test_the_time_cap_is_checked_every_step():
     assert trainer.history[-1].metrics == {"valid": 0.5}
     with pytest.raises(ValueError, match="max_seconds must be > 0"):
         training.TrainConfig(max_seconds=0)
+
+
+# --- clean --------------------------------------------------------------------------
+
+
+def test_exercises_check_leaves_no_hypothesis_folder(tmp_path):
+    """A passing property check (hypothesis draws the sizes) in a fresh folder: its
+    cache of the learner's constants lived in a temporary folder, now gone."""
+    from named_transformer.exercises.learner import write_exercises
+
+    write_exercises(tmp_path / "ex")
+    mine = tmp_path / "ex" / "basic_self_attention.py"
+    mine.write_text(mine.read_text().replace(
+        "    raise NotImplementedError",
+        "    from named_transformer import basic_self_attention as library\n"
+        "    return library(inputs)",
+    ))  # fmt: skip
+    before = set(Path(tempfile.gettempdir()).glob("named_transformer-hypothesis-*"))
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environment.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "named_transformer", "exercises", "check", "ex",
+         "basic_self_attention"], cwd=tmp_path, env=environment,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "basic_self_attention: passed" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ex"]
+    after = set(Path(tempfile.gettempdir()).glob("named_transformer-hypothesis-*"))
+    assert after <= before
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_exercises_check_of_a_folder_without_exercises_is_one_line(
+    tmp_path, capsys, made
+):
+    folder = tmp_path / "nowhere"
+    if made:
+        folder.mkdir()
+    assert cli.main(["exercises", "check", str(folder)]) == 2
+    line = _one_error_line(capsys)
+    assert line.endswith(f"write the exercises first: python -m named_transformer "
+                         f"exercises init {folder}")  # fmt: skip
