@@ -360,3 +360,47 @@ def test_exercises_check_of_a_folder_without_exercises_is_one_line(
     line = _one_error_line(capsys)
     assert line.endswith(f"write the exercises first: python -m named_transformer "
                          f"exercises init {folder}")  # fmt: skip
+
+
+def _hooks():
+    pytest.importorskip("nbformat")
+    pytest.importorskip("mkdocs")
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    try:
+        import notebooks
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "hooks"))
+    return notebooks
+
+
+def test_the_notebooks_install_cell_runs_where_installed_else_says_how(tmp_path):
+    cell = _hooks().INSTALL
+    installed = subprocess.run(
+        [sys.executable, "-c", cell], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False,
+    )  # fmt: skip
+    assert installed.returncode == 0 and not installed.stdout + installed.stderr
+    # -S: no site-packages, so named_transformer is not installed
+    missing = subprocess.run([sys.executable, "-S", "-I", "-c", cell], cwd=tmp_path,
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        "named_transformer is not installed: in a clone of its repository run "
+        "pip install -e '.[docs]', then restart the kernel"
+    )
+
+
+def test_the_notebooks_files_cell_leaves_no_folder_behind(tmp_path):
+    import nbformat
+
+    reads = nbformat.v4.new_code_cell('print(open("benchmarks/results.md").read())')
+    cell = _hooks().files_cell([reads])
+    assert cell is not None
+    code = cell.source + "\nprint(len(open('benchmarks/results.md').read()))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len((ROOT / "benchmarks" / "results.md").read_text())
+    assert list(tmp_path.iterdir()) == []  # the working folder went with the kernel
