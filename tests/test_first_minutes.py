@@ -404,3 +404,15 @@ def test_the_notebooks_files_cell_leaves_no_folder_behind(tmp_path):
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == len((ROOT / "benchmarks" / "results.md").read_text())
     assert list(tmp_path.iterdir()) == []  # the working folder went with the kernel
+
+
+def test_a_run_that_will_replace_a_checkpoint_says_so_first(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "copy", *TINY, "--no-figure", "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"warning: this run replaces {out / 'checkpoint.pt'} when it saves "
+        "(--resume would continue it instead)"
+    )

@@ -145,11 +145,15 @@ def train_outputs(
     if path is not None:
         writable_file(path, "--figure")
     checkpoint = out / "checkpoint.pt"
-    if getattr(args, "resume", False) and not checkpoint.is_file():
+    resume = getattr(args, "resume", False)
+    if resume and not checkpoint.is_file():
         raise ValueError(
             f"--resume: there is no checkpoint at {checkpoint} to continue from "
             "(leave out --resume to start afresh)"
         )
+    if not resume and checkpoint.is_file():  # said before it is lost, not after
+        print(f"warning: this run replaces {checkpoint} when it saves (--resume "
+              "would continue it instead)", file=sys.stderr, flush=True)  # fmt: skip
     return out, path
 
 

@@ -317,8 +317,9 @@ def train_task(
     Returns the model, its spec and vocabulary, the trainer (history), the settings and
     the numbers; with ``directory``, writes ``checkpoint.pt`` and ``metrics.json``
     there. With ``resume``, training continues from ``directory/checkpoint.pt``
-    (exactly as if it had never stopped) up to ``steps``. ``progress``: a progress bar
-    or log lines.
+    (exactly as if it had never stopped) up to ``steps``; with no checkpoint there it
+    starts afresh (the command line's ``--resume`` refuses instead). ``progress``: a
+    progress bar or log lines.
     """
     if size is not None:
         overrides["size"] = size
