@@ -179,8 +179,7 @@ def test_ctrl_c_while_saving_leaves_no_half_file_and_names_no_checkpoint(
     assert caught.value.step == 3 and caught.value.checkpoint is None
     assert list(tmp_path.iterdir()) == []  # no .tmp, no checkpoint
     line = cli.interrupted_line(caught.value, tmp_path / "checkpoint.pt", None)
-    assert line == "interrupted after step 3, before any checkpoint was saved: " \
-        "nothing to resume"  # fmt: skip
+    assert line == "interrupted after step 3, before this run saved a checkpoint"
 
 
 def test_a_ctrl_c_before_training_names_no_checkpoint(tmp_path):
@@ -246,8 +245,11 @@ def test_ctrl_c_during_the_imports_is_one_line(tmp_path):
     _wait_for(importing_torch, process, "import torch")
     line, lines = _interrupt(process)
     assert len(lines) == 1, lines  # nothing had started: nothing else to say
-    assert line in ("interrupted while starting; nothing was done", "interrupted",
-                    "interrupted before the first step; nothing was saved")
+    assert line in (
+        "interrupted while starting; nothing was done",
+        "interrupted",
+        "interrupted before the first step; nothing was saved",
+    )
     assert not (tmp_path / "run").exists()
 
 

@@ -58,6 +58,7 @@ from named_transformer.workflows.training import CheckpointError, TrainingInterr
 
 __all__ = [
     "COMMAND_MODULES",
+    "interrupted_line",
     "main",
     "parser",
     "register_commands",
@@ -133,7 +134,7 @@ def writable_directory(path: str | Path, what: str) -> Path:
     return path
 
 
-def train_outputs(
+def _train_outputs(
     args: argparse.Namespace, task: str, files: Sequence[str], figure: str
 ) -> tuple[Path, Path | None]:
     """The run's folder and figure, every path checked before training; ``--resume``
@@ -175,7 +176,7 @@ def interrupted_line(
     if isinstance(interruption, TrainingInterrupted):
         where = f"interrupted after step {interruption.step}"
         if interruption.checkpoint is None:
-            return f"{where}, before any checkpoint was saved: nothing to resume"
+            return f"{where}, before this run saved a checkpoint"
         return (f"{where}; checkpoint: {interruption.checkpoint} (step "
                 f"{interruption.checkpoint_step}); the same command with --resume "
                 "continues exactly from there")  # fmt: skip
@@ -243,7 +244,7 @@ def _train(args: argparse.Namespace) -> int:
     text = args.task == "text"  # real text, not a generated task
     settings = None if text else run_settings(args)
     files = ["checkpoint.pt"] + ([] if text else ["metrics.json"])
-    out, figure = train_outputs(args, args.task, files,
+    out, figure = _train_outputs(args, args.task, files,
                                 "loss.png" if text else "attention.png")  # fmt: skip
     checkpoint = out / "checkpoint.pt"
     before = _stamp(checkpoint)
