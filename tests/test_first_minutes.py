@@ -418,3 +418,12 @@ def test_a_run_that_will_replace_a_checkpoint_says_so_first(tmp_path, capsys):
         f"warning: this run replaces {out / 'checkpoint.pt'} when it saves "
         "(--resume would continue it instead)"
     )
+
+
+def test_train_copy_stops_at_its_time_cap_after_any_step(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "copy", *TINY, "--steps", "300", "--eval-every", "100",
+            "--max-seconds", "0.001", "--no-figure", "--out", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert " for 1 steps " in capsys.readouterr().out
+    assert training.load_checkpoint(out / "checkpoint.pt")["step"] == 1

@@ -424,7 +424,8 @@ since ``--target`` would set the generated tasks' RunSettings.target too)."""
 
 def add_text_options(train: Any) -> None:
     """The options of ``train text`` (an argparse parser): the corpus, the token level,
-    the context and the validation target; ``--max-seconds`` caps the time."""
+    the context and the validation target; ``--max-seconds`` caps the time (of the
+    generated tasks too)."""
     defaults = TextSettings()
     add = train.add_argument
     add("--corpus", help="text: a UTF-8 file to learn (default: pydoc_data's topics)")
@@ -434,8 +435,9 @@ def add_text_options(train: Any) -> None:
         help="text: characters the model reads at once")  # fmt: skip
     add("--target-bpc", type=float, default=defaults.target,
         help="text: stop at this validation loss, in bits per character")  # fmt: skip
-    add("--max-seconds", type=float, default=defaults.max_seconds,
-        help="text: stop after this long (checked every step)")  # fmt: skip
+    add("--max-seconds", type=float, default=None,
+        help=f"stop after this many seconds, checked every step (text: "
+             f"{defaults.max_seconds:g}; the generated tasks: no limit)")  # fmt: skip
 
 
 def text_settings(args: Any) -> TextSettings:
