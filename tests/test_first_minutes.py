@@ -300,7 +300,9 @@ def test_progress_starts_at_the_first_step_and_is_never_quiet(capsys, monkeypatc
     trainer.fit()
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[0].startswith("step 1/40  loss ")
-    assert any(line.startswith("step 3/40  step 4 (no line for") for line in lines)
+    # step 3 has no line of its own (every other step has one), but the quiet spell
+    # during step 4 repeats its line
+    assert any(line.startswith("step 3/40  loss ") for line in lines), lines
 
 
 def test_the_time_cap_is_checked_every_step():

@@ -168,15 +168,16 @@ def init_distributed() -> tuple[int, int]:
 class _Progress:
     """A progress bar (tqdm) on a terminal. On a pipe or in a log: a line at the first
     step, at each evaluation and every twentieth of the run, so logs stay short; and
-    whenever :attr:`QUIET` seconds pass with no line (a slow step or evaluation on a
-    busy machine), a line saying what it is doing, so a run is never silent."""
+    whenever :attr:`QUIET` seconds pass with no line (slow steps, an evaluation on a
+    busy machine), the latest step's line again, saying what runs now, so a run is
+    never silent."""
 
     QUIET = 10.0  # seconds: the longest a log goes without a line
 
     def __init__(self, total: int, initial: int, enabled: bool) -> None:
         self.total, self.enabled, self.bar = total, enabled, None
         self.every, self.shown = max(total // 20, 1), False
-        self.step, self.doing = initial, f"step {initial + 1}"
+        self.latest, self.doing = f"step {initial}/{total}", ""
         self.last = time.perf_counter()
         self.lock, self.done = threading.Lock(), threading.Event()
         if not enabled:
@@ -201,10 +202,9 @@ class _Progress:
 
     def _heartbeat(self) -> None:
         while not self.done.wait(min(1.0, self.QUIET)):
-            quiet = time.perf_counter() - self.last
-            if quiet >= self.QUIET:
-                self._line(f"step {self.step}/{self.total}  {self.doing} "
-                           f"(no line for {quiet:.0f} s)")  # fmt: skip
+            if time.perf_counter() - self.last >= self.QUIET:
+                doing = f"  ({self.doing})" if self.doing else ""
+                self._line(self.latest + doing)
 
     def working(self, doing: str) -> None:
         """What the run does now (``evaluating``), for the line of a quiet spell."""
@@ -214,7 +214,8 @@ class _Progress:
         self, step: int, loss: float, rate: float, metrics: dict[str, float]
     ) -> None:
         shown = {k: f"{v:.3g}" for k, v in metrics.items()}
-        self.step, self.doing = step, f"step {step + 1}"
+        self.latest = f"step {step}/{self.total}  loss {loss:.3f}  {rate:,.0f} tok/s"
+        self.doing = ""
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", **shown)
@@ -222,8 +223,7 @@ class _Progress:
         due = not self.shown or metrics or step % self.every == 0
         if self.enabled and (due or step == self.total):
             scores = "".join(f"  {k} {v}" for k, v in shown.items())
-            self._line(f"step {step}/{self.total}  loss {loss:.3f}  "
-                       f"{rate:,.0f} tok/s{scores}")  # fmt: skip
+            self._line(self.latest + scores)
             self.shown = True
 
     def note(self, text: str) -> None:
