@@ -365,11 +365,13 @@ def _within_positions(spec: dict, source: Sequence[str], trained: dict) -> None:
     ``max_positions``): the answer would be meaningless, and the work quadratic in
     the length (100,000 digits would run for hours)."""
     limit = spec.get("max_positions")
-    if TASKS[spec["task"]].lengths and limit and len(source) > limit:
+    if limit and len(source) > limit:
+        seen = ""
+        if TASKS[spec["task"]].lengths:
+            seen = f" (it was trained on {trained['min_len']} to {trained['max_len']})"
         raise ValueError(
             f"the input has {len(source):,} tokens; this model reads at most "
-            f"{limit} (it was trained on {trained['min_len']} to "
-            f"{trained['max_len']})"
+            f"{limit}{seen}"
         )
 
 
