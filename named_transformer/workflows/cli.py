@@ -556,6 +556,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m named_transformer``; returns the exit status (130 after
     Ctrl-C, with one line saying so)."""
+    args = None
     try:
         args = parser().parse_args(argv)
         with shape_checks(not args.no_shape_checks):
@@ -564,7 +565,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # training commands say what they saved themselves
-        print("interrupted", file=sys.stderr)
+        command = getattr(args, "command", None)
+        print(f"interrupted: {command} stopped before it finished" if command
+              else "interrupted while starting; nothing was done",
+              file=sys.stderr)  # fmt: skip
         return 130
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
