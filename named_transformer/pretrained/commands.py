@@ -33,6 +33,7 @@ __all__ = ["add_commands"]
 def _encoder():
     from named_transformer.pretrained.minilm import load_minilm
 
+    print("loading all-MiniLM-L6-v2 ...", file=sys.stderr, flush=True)
     try:
         return load_minilm()
     except ModuleNotFoundError as missing:
