@@ -153,11 +153,15 @@ def test_resume_continues_a_text_run(tmp_path, capsys):
     corpus.write_text("abcabcabd " * 40)
     out = tmp_path / "text"
     small = ["--corpus", str(corpus), "--context", "8", "--batch-size", "4",
-             "--eval-every", "2", "--no-figure", "--no-progress",
-             "--out", str(out)]  # fmt: skip
+             "--eval-every", "2", "--no-figure", "--out", str(out)]  # fmt: skip
     assert cli.main(["train", "text", *small, "--steps", "2"]) == 0
+    capsys.readouterr()
     assert cli.main(["train", "text", *small, "--steps", "4", "--resume"]) == 0
-    assert " for 4 steps " in capsys.readouterr().out.splitlines()[-2]
+    captured = capsys.readouterr()
+    assert " for 4 steps " in captured.out.splitlines()[-2]
+    steps = [line.split()[1] for line in captured.err.splitlines()
+             if line.startswith("step ")]  # fmt: skip
+    assert steps[0] == "3/4", captured.err  # it went on from step 2
     state = torch.load(out / "checkpoint.pt", weights_only=True)
     assert state["step"] == 4
 
@@ -193,7 +197,11 @@ def test_ctrl_c_while_exporting_leaves_no_half_written_graph(
 
     monkeypatch.setattr(export, "export_checkpoint", interrupted)
     target = tmp_path / "copy.onnx"
-    assert cli.main(["export", str(CHECKPOINT_0_1_0), str(target)]) == 130
+    try:
+        status = cli.main(["export", str(CHECKPOINT_0_1_0), str(target)])
+    except KeyboardInterrupt:  # not left to stop the test session
+        pytest.fail("Ctrl-C escaped the command line")
+    assert status == 130
     assert capsys.readouterr().err == "interrupted: export stopped before it finished\n"
     assert not target.exists()
 
