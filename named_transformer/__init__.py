@@ -4,6 +4,9 @@ Every public function is shape-checked at run time (see :mod:`named_transformer.
 ``shape_checks(False)`` turns checking off.
 """
 
+# First, before the heavy imports: under ``python -m named_transformer``, Ctrl-C while
+# they run is one line, not a traceback from inside torch (nothing else changes).
+import named_transformer._startup  # noqa: F401
 from named_transformer.axes import (
     AXES,
     Axis,

@@ -131,8 +131,9 @@ def test_bad_prompts_are_one_line_and_exit_2(ours, capsys, monkeypatch):
     assert capsys.readouterr().err == "error: the prompt is empty\n"
     long = " ".join(["word"] * 9000)  # 9,000 tokens > the 8,192 of the context
     assert main(["generate", long, "--no-shape-checks"]) == 2
-    assert capsys.readouterr().err == (
-        "error: the prompt is 9000 tokens; the context holds 8192\n"
-    )
+    loading, loaded, error = capsys.readouterr().err.splitlines()
+    assert loading.startswith("loading SmolLM2-135M-Instruct (")  # said, not silent
+    assert loaded.startswith("loaded in ")
+    assert error == "error: the prompt is 9000 tokens; the context holds 8192"
     assert main(["generate", "x", "--temperature", "-1"]) == 2
     assert "temperature must be >= 0" in capsys.readouterr().err

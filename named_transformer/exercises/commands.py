@@ -11,9 +11,10 @@ when every requested exercise passed.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from named_transformer.exercises.learner import check_directory, write_exercises
-from named_transformer.exercises.registry import EXERCISES, exercise
+from named_transformer.exercises.registry import EXERCISES, PAGES, exercise
 
 __all__ = ["add_commands"]
 
@@ -32,6 +33,12 @@ def _init(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     for name in args.names:
         exercise(name)  # an unknown name: a ValueError, one line, exit 2
+    folder = Path(args.directory)
+    if not any((folder / file).is_file() for file, _ in PAGES.values()):
+        # one line for the folder, not the same missing file once per exercise
+        what = "is not a folder" if not folder.is_dir() else "holds no exercise files"
+        init = f"python -m named_transformer exercises init {folder}"
+        raise ValueError(f"{folder} {what}; write the exercises first: {init}")
     results = check_directory(args.directory, args.names)
     for result in results:
         hint = EXERCISES[result.name].hint if args.hint else None

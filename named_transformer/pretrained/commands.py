@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 
 from named_transformer.contraction import einsum
@@ -31,6 +33,7 @@ __all__ = ["add_commands"]
 def _encoder():
     from named_transformer.pretrained.minilm import load_minilm
 
+    print("loading all-MiniLM-L6-v2 ...", file=sys.stderr, flush=True)
     try:
         return load_minilm()
     except ModuleNotFoundError as missing:
@@ -55,9 +58,10 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _attention(args: argparse.Namespace) -> int:
-    from named_transformer.workflows.cli import require
+    from named_transformer.workflows.cli import require, writable_file
 
     require("matplotlib")
+    writable_file(args.out, "--out")  # before the model loads
     from named_transformer.workflows.runner import attention_figure
 
     pieces, weights = _encoder().attention(args.sentence)
@@ -70,19 +74,45 @@ def _attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loading(what: str, path: Path) -> float:
+    """Say on stderr what is loading (it takes seconds, a minute on a busy machine);
+    the time it started."""
+    size = f", {path.stat().st_size / 1e6:,.0f} MB" if path.is_file() else ""
+    print(f"loading {what} ({path}{size}) ...", file=sys.stderr, flush=True)
+    return time.perf_counter()
+
+
+def _loaded(started: float) -> None:
+    print(f"loaded in {time.perf_counter() - started:.1f} s", file=sys.stderr,
+          flush=True)  # fmt: skip
+
+
 def _language_model(args: argparse.Namespace):
-    from named_transformer.pretrained.smollm2 import load_gguf, load_smollm2
+    from named_transformer.pretrained.smollm2 import (
+        load_gguf,
+        load_smollm2,
+        smollm2_path,
+    )
 
     try:
-        return load_gguf(args.gguf) if args.gguf else load_smollm2()
+        if args.gguf:
+            started = _loading("the GGUF model", Path(args.gguf))
+            model = load_gguf(args.gguf)
+        else:
+            started = _loading("SmolLM2-135M-Instruct", smollm2_path())
+            model = load_smollm2()
     except ModuleNotFoundError as missing:
         raise SystemExit(f"error: {missing}") from None
+    _loaded(started)
+    return model
 
 
 def _continue_checkpoint(args: argparse.Namespace) -> int:
     """``generate CHECKPOINT "prompt"``: a text model trained by ``train text``."""
     from named_transformer.workflows.text import generate_from_checkpoint
 
+    if Path(args.checkpoint).is_file():  # else one line: no checkpoint there
+        _loading("the text model", Path(args.checkpoint))
     print(generate_from_checkpoint(
         args.checkpoint, args.prompt,
         length=args.max_new_tokens or 300,
@@ -111,8 +141,10 @@ def _answer(args: argparse.Namespace) -> int:
     def show(text: str) -> None:
         print(text, end="", flush=True)
 
-    write(args.prompt, settings, on_text=show)
-    print()
+    try:
+        write(args.prompt, settings, on_text=show)
+    finally:  # Ctrl-C too: the answer so far ends its line, before any message
+        print(flush=True)
     return 0
 
 

@@ -16,7 +16,10 @@ held-out score is perfect. It ends by printing the held-out score (``held-out ex
 match: 100.0%``; for sentiment the accuracy on held-out reviews and on the negation
 contrast set). Every command writes an attention-map figure unless ``--no-figure``
 (matplotlib, in the ``train`` extra, as is tqdm for the progress bar on a terminal).
-Ctrl-C during training saves a checkpoint that ``--resume`` continues from exactly.
+Every path a command will write (``--out``, ``--figure``, an export's target) is
+checked before any work starts. Ctrl-C at any moment ends in one line and exit status
+130; during training it finishes the step and saves a checkpoint that ``--resume``
+continues from exactly (``--resume`` with no checkpoint is refused).
 ``embed`` and ``attention`` run the packaged all-MiniLM-L6-v2 (the ``pretrained``
 extra; :mod:`named_transformer.pretrained.commands`). The modules of these other
 subcommands are named in :data:`COMMAND_MODULES` and imported when the parser is built
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -40,6 +44,7 @@ import torch
 
 from named_transformer.axes import shape_checks
 from named_transformer.workflows.data import START, Vocabulary
+from named_transformer.workflows.kinds import kind_of
 from named_transformer.workflows.runner import (
     KINDS,
     PAPER,
@@ -49,9 +54,17 @@ from named_transformer.workflows.runner import (
     position_choices,
 )
 from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
-from named_transformer.workflows.training import CheckpointError
+from named_transformer.workflows.training import CheckpointError, TrainingInterrupted
 
-__all__ = ["COMMAND_MODULES", "main", "parser", "register_commands"]
+__all__ = [
+    "COMMAND_MODULES",
+    "interrupted_line",
+    "main",
+    "parser",
+    "register_commands",
+    "writable_directory",
+    "writable_file",
+]
 
 EXTRA = 'pip install "named_transformer[train]"'
 
@@ -86,6 +99,97 @@ def require(*modules: str) -> None:
         )
 
 
+def _creatable(path: Path, what: str) -> None:
+    """The nearest existing folder above ``path`` is a folder we may write in."""
+    above = next(p for p in path.absolute().parents if p.exists())
+    if not above.is_dir():
+        raise ValueError(f"{what} {path}: {above} is a file, so nothing can be "
+                         "written under it")  # fmt: skip
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path}: the folder {above} is not writable")
+
+
+def writable_file(path: str | Path, what: str) -> Path:
+    """``path`` as a file to (over)write: ValueError in one line, before any work,
+    when it is a folder, sits under a file, or may not be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder; give a file name")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{what} {path} exists and is not writable")
+    _creatable(path, what)
+    return path
+
+
+def writable_directory(path: str | Path, what: str) -> Path:
+    """``path`` as a folder to write into (made if missing): ValueError in one line,
+    before any work, when it is a file or cannot be made or written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} {path} is a file, not a folder")
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path} is not writable")
+    if not path.is_dir():
+        _creatable(path, what)
+    return path
+
+
+def _train_outputs(
+    args: argparse.Namespace, task: str, files: Sequence[str], figure: str
+) -> tuple[Path, Path | None]:
+    """The run's folder and figure, every path checked before training; ``--resume``
+    with no checkpoint to continue from is refused here too."""
+    out = writable_directory(args.out or Path("runs") / task, "--out")
+    for name in files:
+        writable_file(out / name, "--out")
+    path = _figure_path(args, out / figure)
+    if path is not None:
+        writable_file(path, "--figure")
+    checkpoint = out / "checkpoint.pt"
+    resume = getattr(args, "resume", False)
+    if resume and not checkpoint.is_file():
+        raise ValueError(
+            f"--resume: there is no checkpoint at {checkpoint} to continue from "
+            "(leave out --resume to start afresh)"
+        )
+    if not resume and checkpoint.is_file():  # said before it is lost, not after
+        print(f"warning: this run replaces {checkpoint} when it saves (--resume "
+              "would continue it instead)", file=sys.stderr, flush=True)  # fmt: skip
+    return out, path
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """What tells one version of a file from another: a save replaces the file (a
+    new inode) and stamps its time."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_ino, status.st_mtime_ns
+
+
+def interrupted_line(
+    interruption: KeyboardInterrupt, checkpoint: Path, before: tuple | None
+) -> str:
+    """The one line Ctrl-C ends a training command with: what was saved, if any.
+    ``before`` is the checkpoint's :func:`_stamp` when the command started."""
+    if isinstance(interruption, TrainingInterrupted):
+        where = f"interrupted after step {interruption.step}"
+        if interruption.checkpoint is None:
+            return f"{where}, before this run saved a checkpoint"
+        return (f"{where}; checkpoint: {interruption.checkpoint} (step "
+                f"{interruption.checkpoint_step}); the same command with --resume "
+                "continues exactly from there")  # fmt: skip
+    now = _stamp(checkpoint)
+    if now is not None and now != before:  # saved by this run: training had ended
+        return (f"interrupted after training had ended; checkpoint: {checkpoint} "
+                "(complete)")  # fmt: skip
+    if now is not None:
+        return (f"interrupted before training; {checkpoint} is unchanged (--resume "
+                "continues from it)")  # fmt: skip
+    return "interrupted before the first step; nothing was saved"
+
+
 def _score_lines(results: dict) -> list[str]:
     if results["task"] == "sentiment":
         lines = [f"held-out accuracy: {100 * results['held_out']:.1f}%"]
@@ -118,6 +222,11 @@ def _figure_path(args: argparse.Namespace, default: Path) -> Path | None:
     return None if args.no_figure else Path(args.figure or default)
 
 
+def _checked_figure(args: argparse.Namespace, default: Path) -> Path | None:
+    path = _figure_path(args, default)
+    return None if path is None else writable_file(path, "--figure")
+
+
 def run_settings(args: argparse.Namespace) -> RunSettings:
     """The run's settings, built once: the task's recipe, or the paper's settings over
     it (``--paper``), then every flag given or with a default of its own."""
@@ -130,31 +239,58 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from named_transformer.workflows.runner import held_out, train_task
-
     if not args.no_figure:
         require("matplotlib")  # before training, not after it
-    if args.task == "text":  # real text, not a generated task
-        from named_transformer.workflows.text import train_text_command
-
-        return train_text_command(args)
     if args.task == "induction":  # the attention-only model on repeated segments
         from named_transformer.workflows.induction import train_induction_command
 
         return train_induction_command(args)
-
-    out = Path(args.out or Path("runs") / args.task)
-    settings = run_settings(args)
+    text = args.task == "text"  # real text, not a generated task
+    settings = None if text else run_settings(args)
+    files = ["checkpoint.pt"] + ([] if text else ["metrics.json"])
+    out, figure = _train_outputs(args, args.task, files,
+                                "loss.png" if text else "attention.png")  # fmt: skip
+    checkpoint = out / "checkpoint.pt"
+    before = _stamp(checkpoint)
+    start = _start_line(args, settings, out)  # checks the model kind fits the task
+    start = None if args.no_progress else start
     try:
-        run = train_task(args.task, args.model, settings=settings, directory=out,
-                         progress=not args.no_progress, resume=args.resume)  # fmt: skip
+        if text:  # says `start` once the corpus is read (one line if it is bad)
+            from named_transformer.workflows.text import train_text_command
+
+            return train_text_command(args, start)
+        if start:  # the first line at once: making the data takes a while
+            print(start, file=sys.stderr, flush=True)
+        return _train_task(args, settings, out, figure)
     except KeyboardInterrupt as interrupted:
-        print(
-            f"{interrupted}; checkpoint: {out / 'checkpoint.pt'}. Run the same "
-            "command with --resume to continue exactly where it stopped.",
-            file=sys.stderr,
-        )
+        print(interrupted_line(interrupted, checkpoint, before), file=sys.stderr)
         return 130
+
+
+def _start_line(
+    args: argparse.Namespace, settings: RunSettings | None, out: Path
+) -> str:
+    if settings is None:
+        steps = getattr(args, "steps", None) or "3000"
+        what = f"the text model on {args.corpus or 'the pydoc_data corpus'}"
+    else:
+        steps = settings.steps
+        learns = TASKS[args.task].kind
+        kind = args.model or next(k for k in KINDS if kind_of(k).learns == learns)
+        if kind_of(kind).learns != learns:
+            raise ValueError(f"task {args.task!r} cannot be learned by a {kind} model")
+        what = f"a {settings.size} {kind} model on {args.task}"
+    return (f"training {what} (at most {steps} steps) into {out}; Ctrl-C stops "
+            "and saves a checkpoint")  # fmt: skip
+
+
+def _train_task(
+    args: argparse.Namespace, settings: RunSettings, out: Path, figure: Path | None
+) -> int:
+    from named_transformer.workflows.runner import held_out, train_task
+
+    run = train_task(args.task, args.model, settings=settings, directory=out,
+                     progress=not args.no_progress, resume=args.resume)  # fmt: skip
     if run["trainer"].rank != 0:
         return 0
     results = run["results"]
@@ -165,7 +301,7 @@ def _train(args: argparse.Namespace) -> int:
     )
     example = held_out(args.task, run["data"], 1)[0]
     title = detokenize(args.task, example.source)
-    _figure(run, example.source, _figure_path(args, out / "attention.png"), title)
+    _figure(run, example.source, figure, title)
     for line in _score_lines(results):
         print(line)
     return 0
@@ -179,6 +315,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         load_run,
     )
 
+    default = Path(args.checkpoint).with_name("attention-evaluate.png")
+    figure = _checked_figure(args, default)
     run = load_run(args.checkpoint)
     task = run["spec"]["task"]
     examples = held_out(task, run["data"], args.n)
@@ -190,9 +328,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     if task == "sentiment":
         contrast = contrast_examples(args.n)
         results["contrast"] = evaluate_model(model, spec, vocabulary, contrast)
-    default = Path(args.checkpoint).with_name("attention-evaluate.png")
     title = detokenize(task, examples[0].source)
-    _figure(run, examples[0].source, _figure_path(args, default), title)
+    _figure(run, examples[0].source, figure, title)
     print(f"{len(examples)} held-out examples of {task}, {spec['kind']} "
           f"after {run['step']} steps")  # fmt: skip
     for line in _score_lines(results):
@@ -227,22 +364,39 @@ def read_input(
     return tokens
 
 
+def _within_positions(spec: dict, source: Sequence[str], trained: dict) -> None:
+    """Refuse, before decoding, a source longer than the model's positions (its
+    ``max_positions``): the answer would be meaningless, and the work quadratic in
+    the length (100,000 digits would run for hours)."""
+    limit = spec.get("max_positions")
+    if limit and len(source) > limit:
+        seen = ""
+        if TASKS[spec["task"]].lengths:
+            seen = f" (it was trained on {trained['min_len']} to {trained['max_len']})"
+        raise ValueError(
+            f"the input has {len(source):,} tokens; this model reads at most "
+            f"{limit}{seen}"
+        )
+
+
 def _decode(args: argparse.Namespace) -> int:
     from named_transformer.workflows.runner import decode_examples, load_run
 
+    default = Path(args.checkpoint).with_name("attention-decode.png")
+    figure = _checked_figure(args, default)
     run = load_run(args.checkpoint)
     task = run["spec"]["task"]
     source = read_input(task, args.input, run["vocabulary"], run["data"])
     if not any(t != START for t in source):
         raise ValueError(f"{args.input!r} has no tokens for task {task!r}")
+    _within_positions(run["spec"], source, run["data"])
     (output,) = decode_examples(
         run["model"], run["spec"], run["vocabulary"], [source], method=args.method,
         width=args.width, alpha=args.alpha, temperature=args.temperature,
         top_k=args.top_k, seed=args.seed,
     )  # fmt: skip
     print(detokenize(task, output))
-    default = Path(args.checkpoint).with_name("attention-decode.png")
-    _figure(run, source, _figure_path(args, default), detokenize(task, source))
+    _figure(run, source, figure, detokenize(task, source))
     return 0
 
 
@@ -333,7 +487,8 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     add(
         "--resume",
         action="store_true",
-        help="continue from OUT/checkpoint.pt (exactly) up to --steps",
+        help="continue from OUT/checkpoint.pt (exactly) up to --steps; refused when "
+        "there is no checkpoint there",
     )
     from named_transformer.workflows.text import add_text_options
 
@@ -404,14 +559,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``python -m named_transformer``; returns the exit status."""
-    args = parser().parse_args(argv)
+    """Run ``python -m named_transformer``; returns the exit status (130 after
+    Ctrl-C, with one line saying so)."""
+    args = None
     try:
+        args = parser().parse_args(argv)
         with shape_checks(not args.no_shape_checks):
             status = args.run(args)
     except (CheckpointError, ValueError, ImportError) as error:  # one line, no trace
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # training commands say what they saved themselves
+        command = getattr(args, "command", None)
+        print(f"interrupted: {command} stopped before it finished" if command
+              else "interrupted while starting; nothing was done",
+              file=sys.stderr)  # fmt: skip
+        return 130
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return status

@@ -78,11 +78,43 @@ def export_minilm(out: str | Path, folder: str | Path | None = None) -> dict[str
     return export_onnx(encoder, out, metadata)
 
 
+def _check_targets(checkpoint: str, out: str | Path) -> list[Path]:
+    """Every file the export will write, checked before the minutes of exporting:
+    one line (exit status 2) for a folder in the way or a place that cannot be
+    written. Returns them."""
+    from named_transformer.workflows.cli import writable_file
+
+    out = Path(out)
+    targets = [out, out.with_suffix(".json")]
+    if checkpoint == "minilm":
+        targets.append(out.with_name(f"{out.stem}.tokenizer.json"))
+    for target in targets:
+        writable_file(target, "export target")
+    if checkpoint != "minilm" and not Path(checkpoint).is_file():
+        raise ValueError(f"no checkpoint at {checkpoint}")
+    return targets
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        return path.stat().st_ino, path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def _export(args: argparse.Namespace) -> int:
-    if args.checkpoint == "minilm":
-        sidecar = export_minilm(args.out)
-    else:
-        sidecar = export_checkpoint(args.checkpoint, args.out)
+    targets = _check_targets(args.checkpoint, args.out)
+    before = {target: _stamp(target) for target in targets}
+    try:
+        if args.checkpoint == "minilm":
+            sidecar = export_minilm(args.out)
+        else:
+            sidecar = export_checkpoint(args.checkpoint, args.out)
+    except KeyboardInterrupt:  # no half-written graph left to be mistaken for one
+        for target in targets:
+            if _stamp(target) != before[target]:
+                target.unlink(missing_ok=True)
+        raise
     out = Path(args.out)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) and "
           f"{out.with_suffix('.json')}")  # fmt: skip

@@ -115,7 +115,8 @@ class RunSettings:
     steps of ``batch_size`` examples, the Noam schedule's ``warmup`` and ``factor``.
     Early stop: every ``eval_every`` steps (0: only at the end) the model is scored
     on ``eval_size`` validation items, and training stops once that score is at least
-    ``target`` in ``patience`` evaluations in a row (``target`` None: never).
+    ``target`` in ``patience`` evaluations in a row (``target`` None: never), or once
+    ``max_seconds`` have passed (checked every step; None: no limit).
     :meth:`recipe` gives a task's recipe (:data:`RECIPES`).
     """
 
@@ -135,6 +136,7 @@ class RunSettings:
     eval_size: int = 500
     target: float | None = 1.0
     patience: int = 2
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.size not in SIZES:
@@ -168,6 +170,10 @@ class RunSettings:
             )
         if self.factor <= 0:
             raise ValueError(f"RunSettings.factor must be > 0, got {self.factor}")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ValueError(
+                f"RunSettings.max_seconds must be > 0, got {self.max_seconds}"
+            )
 
     @classmethod
     def recipe(cls, task: str, paper: bool = False, **overrides: Any) -> RunSettings:
@@ -319,8 +325,9 @@ def train_task(
     Returns the model, its spec and vocabulary, the trainer (history), the settings and
     the numbers; with ``directory``, writes ``checkpoint.pt`` and ``metrics.json``
     there. With ``resume``, training continues from ``directory/checkpoint.pt``
-    (exactly as if it had never stopped) up to ``steps``. ``progress``: a progress bar
-    or log lines.
+    (exactly as if it had never stopped) up to ``steps``; with no checkpoint there it
+    starts afresh (the command line's ``--resume`` refuses instead). ``progress``: a
+    progress bar or log lines.
     """
     if size is not None:
         overrides["size"] = size
@@ -338,6 +345,7 @@ def train_task(
         steps=settings.steps, batch_size=settings.batch_size,
         layer=spec["config"]["layer"], warmup=settings.warmup, factor=settings.factor,
         eval_every=settings.eval_every, seed=settings.seed, progress=progress,
+        max_seconds=settings.max_seconds,
     )  # fmt: skip
     trainer = Trainer(
         model, make_task(task, settings.train_size, settings.seed, "train", **lengths),

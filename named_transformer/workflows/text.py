@@ -87,7 +87,7 @@ class TextSettings:
     eval_every: int = 50
     eval_windows: int = 64  # validation windows scored at each evaluation
     target: float = 2.3  # stop at this validation loss, in bits per character
-    max_seconds: float = 280.0  # ...or after this long (checked at evaluations)
+    max_seconds: float = 280.0  # ...or after this long (checked every step)
     sample_every: int = 4  # a sample at the first evaluation, then every 4th (0: none)
     seed: int = 0
 
@@ -264,9 +264,11 @@ def train_text(
     directory: str | Path | None = None,
     progress: bool = True,
     show: Callable[[str], None] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Train the recipe's model on ``text``; checkpoint and ``loss.png`` in
-    ``directory`` (when given).
+    ``directory`` (when given). With ``resume``, training continues from
+    ``directory``'s checkpoint (the same text and settings) up to ``steps``.
 
     ``show`` receives each progress line and sample (default: print to stderr).
     Returns the model, codec, trainer, the evaluations ``[(step, bpc)]``, the
@@ -290,6 +292,7 @@ def train_text(
         warmup=settings.warmup, factor=settings.factor, betas=(0.9, 0.99),
         eps=1e-8, label_smoothing=0.0, eval_every=settings.eval_every,
         log_every=1, seed=settings.seed, progress=progress,
+        max_seconds=settings.max_seconds,
     )  # fmt: skip
     evaluations: list[tuple[int, float]] = []
     generator = torch.Generator().manual_seed(settings.seed)
@@ -314,16 +317,15 @@ def train_text(
         lambda starts: _windows(train, torch.tensor(starts), settings.context),
         _loss, config, evaluate=evaluate, directory=directory, meta=meta,
     )  # fmt: skip
+    if resume:
+        _resume_text(trainer, Path(directory or ".", "checkpoint.pt"))
     started = time.perf_counter()
-
-    def stop(metrics: dict[str, float]) -> bool:
-        late = time.perf_counter() - started > settings.max_seconds
-        return metrics["val_bpc"] <= settings.target or late
-
-    trainer.stop = stop
-    trainer.fit()
+    trainer.stop = lambda metrics: metrics["val_bpc"] <= settings.target
+    trainer.fit()  # up to steps, the target or max_seconds (checked every step)
     seconds = time.perf_counter() - started
     model.eval()
+    if not evaluations:  # resumed at its last step: nothing left to train
+        evaluate(model)
     with torch.no_grad():
         tokens = _continue(model, prompt, 300, settings.context, 0.8, generator)
     run = {
@@ -333,6 +335,17 @@ def train_text(
         "parameters": sum(p.numel() for p in model.parameters()),
     }  # fmt: skip
     return run
+
+
+def _resume_text(trainer: Trainer, path: Path) -> None:
+    """Continue from the checkpoint at ``path``; one line if it does not fit."""
+    try:
+        trainer.load(path)
+    except RuntimeError as error:  # torch's many-line message about the weights
+        raise CheckpointError(
+            f"{path} does not fit this model (another corpus, level or size?): "
+            f"{str(error).splitlines()[0][:160]}"
+        ) from None
 
 
 def loss_figure(
@@ -411,7 +424,8 @@ since ``--target`` would set the generated tasks' RunSettings.target too)."""
 
 def add_text_options(train: Any) -> None:
     """The options of ``train text`` (an argparse parser): the corpus, the token level,
-    the context and the validation target; ``--max-seconds`` caps the time."""
+    the context and the validation target; ``--max-seconds`` caps the time (of the
+    generated tasks too)."""
     defaults = TextSettings()
     add = train.add_argument
     add("--corpus", help="text: a UTF-8 file to learn (default: pydoc_data's topics)")
@@ -421,8 +435,9 @@ def add_text_options(train: Any) -> None:
         help="text: characters the model reads at once")  # fmt: skip
     add("--target-bpc", type=float, default=defaults.target,
         help="text: stop at this validation loss, in bits per character")  # fmt: skip
-    add("--max-seconds", type=float, default=defaults.max_seconds,
-        help="text: stop after this long (checked at each evaluation)")  # fmt: skip
+    add("--max-seconds", type=float, default=None,
+        help=f"stop after this many seconds, checked every step (text: "
+             f"{defaults.max_seconds:g}; the generated tasks: no limit)")  # fmt: skip
 
 
 def text_settings(args: Any) -> TextSettings:
@@ -432,12 +447,16 @@ def text_settings(args: Any) -> TextSettings:
     return TextSettings(**given)
 
 
-def train_text_command(args: Any) -> int:
-    """``python -m named_transformer train text``: train, report, draw, checkpoint."""
+def train_text_command(args: Any, start: str | None = None) -> int:
+    """``python -m named_transformer train text``: train, report, draw, checkpoint;
+    ``start`` (a line saying what trains) goes to stderr once the corpus is read."""
     settings = text_settings(args)
     text = read_corpus(args.corpus, settings.context)
+    if start:
+        print(start, file=sys.stderr, flush=True)
     out = Path(args.out or Path("runs") / "text")
-    run = train_text(text, settings, directory=out, progress=not args.no_progress)
+    run = train_text(text, settings, directory=out, progress=not args.no_progress,
+                     resume=args.resume)  # fmt: skip
     reached = "reached" if run["bpc"] <= settings.target else "not reached"
     corpus = args.corpus or "pydoc_data's help topics"
     print(

@@ -49,6 +49,7 @@ __all__ = [
     "CheckpointError",
     "TrainConfig",
     "Trainer",
+    "TrainingInterrupted",
     "init_distributed",
     "load_checkpoint",
     "noam_rate",
@@ -124,6 +125,7 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 0
     progress: bool = True
+    max_seconds: float | None = None  # stop after this long (checked every step)
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
@@ -135,6 +137,10 @@ class TrainConfig:
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(
                 f"label_smoothing must be in [0, 1), got {self.label_smoothing}"
+            )
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ValueError(
+                f"TrainConfig.max_seconds must be > 0, got {self.max_seconds}"
             )
 
 
@@ -160,13 +166,25 @@ def init_distributed() -> tuple[int, int]:
 
 
 class _Progress:
-    """A progress bar (tqdm) on a terminal; on a pipe or in a log, one line every
-    twentieth of the run (and at each evaluation), so logs stay short."""
+    """A progress bar (tqdm) on a terminal. On a pipe or in a log: a line at the first
+    step, at each evaluation and every twentieth of the run, so logs stay short; and
+    whenever :attr:`QUIET` seconds pass with no line (slow steps, an evaluation on a
+    busy machine), the latest step's line again, saying what runs now, so a run is
+    never silent."""
+
+    QUIET = 10.0  # seconds: the longest a log goes without a line
 
     def __init__(self, total: int, initial: int, enabled: bool) -> None:
         self.total, self.enabled, self.bar = total, enabled, None
-        self.every = max(total // 20, 1)
-        if not (enabled and sys.stderr.isatty()):
+        self.every, self.shown = max(total // 20, 1), False
+        self.latest, self.doing = f"step {initial}/{total}", ""
+        self.last = time.perf_counter()
+        self.lock, self.done = threading.Lock(), threading.Event()
+        if not enabled:
+            return
+        if not sys.stderr.isatty():
+            # A daemon thread: it only prints, and dies with the process.
+            threading.Thread(target=self._heartbeat, daemon=True).start()
             return
         try:
             from tqdm import tqdm
@@ -177,19 +195,46 @@ class _Progress:
             ) from error
         self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
 
+    def _line(self, text: str) -> None:
+        with self.lock:
+            print(text, file=sys.stderr, flush=True)
+            self.last = time.perf_counter()
+
+    def _heartbeat(self) -> None:
+        while not self.done.wait(min(1.0, self.QUIET)):
+            if time.perf_counter() - self.last >= self.QUIET:
+                doing = f"  ({self.doing})" if self.doing else ""
+                self._line(self.latest + doing)
+
+    def working(self, doing: str) -> None:
+        """What the run does now (``evaluating``), for the line of a quiet spell."""
+        self.doing = doing
+
     def show(
         self, step: int, loss: float, rate: float, metrics: dict[str, float]
     ) -> None:
         shown = {k: f"{v:.3g}" for k, v in metrics.items()}
+        self.latest = f"step {step}/{self.total}  loss {loss:.3f}  {rate:,.0f} tok/s"
+        self.doing = ""
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", **shown)
-        elif self.enabled and (metrics or step % self.every == 0 or step == self.total):
+            return
+        due = not self.shown or metrics or step % self.every == 0
+        if self.enabled and (due or step == self.total):
             scores = "".join(f"  {k} {v}" for k, v in shown.items())
-            line = f"step {step}/{self.total}  loss {loss:.3f}  {rate:,.0f} tok/s"
-            print(line + scores, file=sys.stderr, flush=True)
+            self._line(self.latest + scores)
+            self.shown = True
+
+    def note(self, text: str) -> None:
+        """A line of its own (in a log) or beside the bar (on a terminal)."""
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        elif self.enabled:
+            self._line(text)
 
     def close(self) -> None:
+        self.done.set()
         if self.bar is not None:
             self.bar.close()
 
@@ -216,6 +261,19 @@ class _Interrupt:
     def __exit__(self, *_: Any) -> None:
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :meth:`Trainer.fit` after ``step``; ``checkpoint`` is the file
+    this trainer last wrote or resumed from (at step ``checkpoint_step``), or None
+    when there is none, so a message never names a file that does not exist."""
+
+    def __init__(
+        self, step: int, checkpoint: Path | None, checkpoint_step: int | None
+    ) -> None:
+        super().__init__(f"training interrupted after step {step}")
+        self.step, self.checkpoint = step, checkpoint
+        self.checkpoint_step = checkpoint_step
 
 
 def _optimizer(
@@ -294,6 +352,10 @@ class Trainer:
         self.optimizer, self.scheduler = _optimizer(model, config)
         self.step = 0
         self.history: list[Record] = []
+        # The checkpoint this trainer last wrote or loaded, and its step: what an
+        # interruption may name.
+        self.checkpoint: Path | None = None
+        self.checkpoint_step: int | None = None
 
     def batch_indices(self, step: int) -> list[int]:
         """The global batch of ``step``: a function of (seed, step) only."""
@@ -325,30 +387,73 @@ class Trainer:
         return float(stats[0]) / tokens, tokens
 
     def fit(self, until: int | None = None) -> list[Record]:
-        """Train up to step ``until`` (default ``config.steps``); return the history."""
+        """Train up to step ``until`` (default ``config.steps``); return the history.
+
+        Stops early when ``stop`` says so after an evaluation, or once
+        ``config.max_seconds`` have passed (checked after every step; the model is
+        then evaluated, so the run ends with a score). Ctrl-C finishes the step,
+        saves the checkpoint and raises :class:`TrainingInterrupted`; a second
+        Ctrl-C raises it at once (a checkpoint being written is left as it was).
+        """
         until = self.config.steps if until is None else min(until, self.config.steps)
         progress = _Progress(
             self.config.steps, self.step, self.config.progress and self.rank == 0
         )
-        seen_tokens, started = 0, time.perf_counter()
-        with _Interrupt(enabled=self.world == 1) as interrupt:
-            while self.step < until:
-                lr = self.scheduler.get_last_lr()[0]
-                loss, tokens = self.train_step()
-                seen_tokens += tokens
-                rate = seen_tokens / max(time.perf_counter() - started, 1e-9)
-                metrics = self._evaluation() if self._evaluation_due() else {}
-                self._record(loss, lr, rate, metrics)
-                progress.show(self.step, loss, rate, metrics)
-                stop = bool(metrics) and self.stop is not None and self.stop(metrics)
-                if self._checkpoint_due(until, stop or interrupt.requested):
-                    self.save(self.directory / "checkpoint.pt")
-                if stop or interrupt.requested:
-                    break
+        self._clock = (time.perf_counter(), 0)  # (started, tokens seen since)
+        try:
+            with _Interrupt(enabled=self.world == 1) as interrupt:
+                while self.step < until:
+                    if self._advance(until, progress, interrupt):
+                        break
+        except KeyboardInterrupt as error:  # a second Ctrl-C, or one under torchrun
+            progress.close()
+            if isinstance(error, TrainingInterrupted):
+                raise
+            raise self._interrupted() from None
         progress.close()
         if interrupt.requested:  # the checkpoint of this step is saved: --resume
-            raise KeyboardInterrupt(f"training interrupted after step {self.step}")
+            raise self._interrupted()
         return self.history
+
+    def _advance(self, until: int, progress: _Progress, interrupt: _Interrupt) -> bool:
+        """One step, with its evaluation, log line and checkpoint when due; whether
+        training stops here."""
+        lr = self.scheduler.get_last_lr()[0]
+        loss, tokens = self.train_step()
+        started, seen = self._clock[0], self._clock[1] + tokens
+        self._clock = (started, seen)
+        elapsed = time.perf_counter() - started
+        rate = seen / max(elapsed, 1e-9)
+        late = self._late(elapsed)
+        metrics = {}
+        if self._evaluation_due() or late:
+            progress.working("evaluating")
+            metrics = self._evaluation()
+        self._record(loss, lr, rate, metrics)
+        progress.show(self.step, loss, rate, metrics)
+        stop = bool(metrics) and self.stop is not None and self.stop(metrics)
+        if late and not stop:
+            progress.note(f"stopping after step {self.step}: the time limit of "
+                          f"{self.config.max_seconds:g} s is reached")  # fmt: skip
+        stopping = stop or late or interrupt.requested
+        if self._checkpoint_due(until, stopping):
+            progress.working("saving the checkpoint")
+            self.save(self.directory / "checkpoint.pt")
+        return stopping
+
+    def _interrupted(self) -> TrainingInterrupted:
+        written = self.checkpoint is not None and self.checkpoint.is_file()
+        saved = self.checkpoint if written else None
+        return TrainingInterrupted(self.step, saved, self.checkpoint_step)
+
+    def _late(self, elapsed: float) -> bool:
+        """``max_seconds`` have passed (under torchrun: on any rank, so all stop)."""
+        if self.config.max_seconds is None:
+            return False
+        late = torch.tensor([float(elapsed >= self.config.max_seconds)])
+        if self.world > 1:
+            dist.all_reduce(late)
+        return bool(late.item() > 0)
 
     def _evaluation_due(self) -> bool:
         every = self.config.eval_every
@@ -400,8 +505,13 @@ class Trainer:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(".tmp")
-        torch.save(self.state_dict(), temporary)
-        os.replace(temporary, path)
+        try:
+            torch.save(self.state_dict(), temporary)
+            os.replace(temporary, path)  # the old checkpoint stays whole until here
+        except BaseException:  # Ctrl-C or a full disk: no half-written file left
+            temporary.unlink(missing_ok=True)
+            raise
+        self.checkpoint, self.checkpoint_step = path, self.step
 
     def load(self, path: str | Path) -> None:
         """Restore weights, optimizer, scheduler, step, history and random state."""
@@ -413,6 +523,7 @@ class Trainer:
         self.history = [Record(**r) for r in state["history"]]
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
+        self.checkpoint, self.checkpoint_step = Path(path), self.step
 
 
 # --8<-- [end:Trainer]

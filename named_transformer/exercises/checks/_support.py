@@ -7,6 +7,7 @@ messages, so that every check words the same failure the same way.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,7 +57,23 @@ def _for_drawn_sizes(prop: Callable[[int, int, int], None]) -> None:
     def run(drawn: list[int]) -> None:
         prop(*drawn)
 
-    run()
+    _without_leftovers(run)
+
+
+def _without_leftovers(run: Callable[[], None]) -> None:
+    """``run()`` with hypothesis's storage (the constants it caches from the local
+    source, the learner's files among them) in a temporary folder, removed after:
+    ``exercises check`` and the docs build leave no ``.hypothesis/`` folder in the
+    working directory. The storage used before is restored (a test suite's own)."""
+    from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
+
+    before = storage_directory(intent_to_write=False).home_directory
+    with tempfile.TemporaryDirectory(prefix="named_transformer-hypothesis-") as home:
+        set_hypothesis_home_dir(home)
+        try:
+            run()
+        finally:
+            set_hypothesis_home_dir(before)
 
 
 def _shape(tensor: Tensor) -> str:

@@ -1,0 +1,51 @@
+"""Ctrl-C while ``python -m named_transformer`` starts: one line and exit status 130.
+
+Importing torch and the package takes seconds (far longer on a busy machine), and a
+``KeyboardInterrupt`` raised inside those imports prints a long traceback from deep in
+torch. ``python -m`` imports the package before its ``__main__``, so the package's
+``__init__`` imports this module first, and importing it calls :func:`quiet_start`
+(``sys.argv[0]`` is ``"-m"`` while ``python -m`` locates its module, and only then).
+``__main__`` calls :func:`started` once the command line is imported; from there on
+Ctrl-C raises ``KeyboardInterrupt`` as usual, and the command line turns it into one
+line of its own. Importing the package any other way changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+__all__ = ["quiet_start", "started"]
+
+INTERRUPTED = "interrupted while starting; nothing was done"
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    # Nothing has been done yet, so there is nothing to save or clean up: leave at
+    # once, without unwinding through half-finished imports.
+    sys.stderr.write(INTERRUPTED + "\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def quiet_start() -> None:
+    """Under ``python -m named_transformer``, until :func:`started`: Ctrl-C prints
+    :data:`INTERRUPTED` and exits with status 130. A SIGINT that is ignored (a
+    background job) stays ignored."""
+    main = threading.current_thread() is threading.main_thread()
+    if sys.argv[:1] != ["-m"] or not main:
+        return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _stop)
+
+
+def started() -> None:
+    """Ctrl-C raises ``KeyboardInterrupt`` again (if :func:`quiet_start` changed it)."""
+    if signal.getsignal(signal.SIGINT) is _stop:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+quiet_start()
