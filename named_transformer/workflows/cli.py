@@ -21,7 +21,7 @@ checked before any work starts. Ctrl-C at any moment ends in one line and exit s
 130; during training it finishes the step and saves a checkpoint that ``--resume``
 continues from exactly (``--resume`` with no checkpoint is refused).
 ``embed`` and ``attention`` run the packaged all-MiniLM-L6-v2 (the ``pretrained``
-extra; :mod:`named_transformer.pretrained.commands`). The modules of these other
+extra; :mod:`named_transformer.workflows.pretrained`). The modules of these other
 subcommands are named in :data:`COMMAND_MODULES` and imported when the parser is built
 (:func:`register_commands` adds one), so none of them is imported back by this one.
 Bad input ends in one line on stderr and a non-zero exit. Under
@@ -75,7 +75,7 @@ EXTRA = 'pip install "named_transformer[train]"'
 # import this one (``require``) without making an import cycle.
 COMMAND_MODULES: list[str] = [
     "named_transformer.exercises.commands",
-    "named_transformer.pretrained.commands",
+    "named_transformer.workflows.pretrained",
     "named_transformer.workflows.export",
     "named_transformer.rasp.commands",
 ]
