@@ -614,7 +614,8 @@ def _bert_config(ours: TextEncoder) -> dict:
     c = ours.config
     _check_positions(ours, "BERT")
     _check_heads_and_biases(c, "BERT")
-    _check(not c.norm_first and not c.has_final_norm, "BERT's layers are post-norm")
+    _check(not c.norm_first, "BERT's layers are post-norm (norm_first=False)")
+    _check(not c.has_final_norm, "BERT has no final norm after its layers")
     _check(ours.pooler is None or ours.head is None, "a pooler and a head together")
     return dict(
         vocab_size=ours.embedding.table.shape[0], hidden_size=c.layer,
@@ -634,7 +635,8 @@ def _gpt2_config(ours: LanguageModel) -> dict:
     _check_heads_and_biases(c, "GPT-2")
     _check(c.window is None, "GPT-2 has no sliding window")
     _check(not ours.embedding.scale, "GPT-2 does not scale its embeddings")
-    _check(c.norm_first and c.has_final_norm, "GPT-2 is pre-norm with a final norm")
+    _check(c.norm_first, "GPT-2's layers are pre-norm (norm_first=True)")
+    _check(c.has_final_norm, "GPT-2 has a final norm after its layers")
     _check(ours.generator.bias is None, "GPT-2's output has no bias")
     vocab = ours.embedding.table.shape[0]
     return dict(
@@ -673,8 +675,9 @@ def _llama_config(ours: LanguageModel, model_type: str) -> dict:
            "Llama's positions are rotary, inside the attention only")  # fmt: skip
     _check_positions(ours, "Llama")
     _check(not ours.embedding.scale, "Llama does not scale its embeddings")
-    _check(c.norm_first and c.has_final_norm and c.norm == "rms",
-           "Llama is pre-norm with RMSNorm and a final RMSNorm")  # fmt: skip
+    _check(c.norm_first, "Llama's layers are pre-norm (norm_first=True)")
+    _check(c.has_final_norm, "Llama has a final RMSNorm after its layers")
+    _check(c.norm == "rms", "Llama's norms are RMSNorm (norm='rms'), not LayerNorm")
     _check(c.feed_forward == "gated", "Llama's feed-forward is gated")
     _check(ours.generator.bias is None, "Llama's output has no bias")
     qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
@@ -702,6 +705,16 @@ def _llama_config(ours: LanguageModel, model_type: str) -> dict:
         config |= dict(use_sliding_window=c.window is not None,
                        sliding_window=c.window, max_window_layers=0)  # fmt: skip
     return config
+
+
+def _as_family(config_of: Callable[..., dict], why: str, *args) -> dict:
+    """``config_of(*args)``, its refusal saying ``why`` the model is of that family
+    (a rotary model refused as Llama's names its positions, not only what Llama
+    lacks)."""
+    try:
+        return config_of(*args)
+    except ValueError as refusal:
+        raise ValueError(f"{refusal} ({why})") from None
 
 
 # --8<-- [start:to_huggingface]
@@ -740,10 +753,16 @@ def to_huggingface(
             )
         config_class, model_class = llama_classes[kind]
         family = _FAMILIES[kind]
-        theirs = model_class(config_class(**_llama_config(model, kind)))
+        why = (
+            f"model_type={kind!r}" if model_type is not None
+            else f"its rotary positions make it {kind.capitalize()}-like"
+        )  # fmt: skip
+        config = config_class(**_as_family(_llama_config, why, model, kind))
+        theirs = model_class(config)
     elif isinstance(model, LanguageModel):
-        family, config = _FAMILIES["gpt2"], hf.GPT2Config(**_gpt2_config(model))
-        theirs = hf.GPT2LMHeadModel(config)
+        why = "a language model without rotary positions is GPT-2-like"
+        config = hf.GPT2Config(**_as_family(_gpt2_config, why, model))
+        family, theirs = _FAMILIES["gpt2"], hf.GPT2LMHeadModel(config)
     else:
         raise ValueError(f"{type(model).__name__} has no transformers counterpart")
     # in our dtype before loading: float64 weights must not pass through float32

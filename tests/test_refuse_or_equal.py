@@ -1,0 +1,348 @@
+"""Refuse or equal, enumerated: every module kind a converter accepts, with every
+option of the configuration, through every converter that accepts it, either
+computes what the named module computes or is refused in one line naming the option.
+
+A *cell* is (module, option, converter). The modules are the kinds ``to_torch`` and
+``from_torch`` convert (attention, encoder and decoder layers and stacks, a
+decoder-only model's causal blocks, the two stacks together) and the models
+``to_huggingface`` and ``from_huggingface`` convert (a GPT-2-like and a Llama-like
+language model, a BERT-like text encoder), each built from a configuration. The
+options are the ones tests/test_build_everything.py enumerates from the
+configuration's fields, their types and the position schemes' registry, moved off
+each module's base configuration in turn (plus the base itself, which must convert:
+a converter that refused everything would pass otherwise). So a new field or a new
+scheme is a new row of cells without editing this test.
+
+The converters: ``to_torch``, ``to_huggingface``, and the round trips ``to_X`` then
+``from_X``, whose result must compute the named module's values again. Equal means
+the same outputs on the same inputs in float64 to 1e-10 (the named masks and their
+PyTorch negations; eval mode, autograd on, so that PyTorch's encoder fast path, which
+computes the exact GELU for the tanh one, stays out). A refusal is a ValueError of
+one line that names the option (:data:`NAMED_BY`: the words that name each field),
+never another exception, and never for an option that :data:`NAMED_BY` does not
+list.
+
+``export_onnx`` is left out: an export traces and translates the whole graph (tens
+of seconds each on two cores, so hundreds of cells would take an hour), and it does
+not convert by tables that could drop an option: the traced graph is the module's
+own forward pass. tests/test_interop_positions.py checks that the exported graph
+keeps every position scheme, and tests/test_onnx.py the models' outputs.
+
+Kinds no converter here accepts (``Transformer``: its embeddings and generator have
+no PyTorch or ``transformers`` counterpart; a language model or text encoder for
+``to_torch``) are refused in one line naming the kind (the last test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import named_transformer as nt
+from named_transformer.interop.huggingface import from_huggingface, to_huggingface
+from named_transformer.interop.pytorch import from_torch, mask_from_torch, to_torch
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.decoder import Decoder, DecoderLayer
+from named_transformer.models.embedding import Learned
+from named_transformer.models.encoder import Encoder, EncoderLayer
+from named_transformer.models.language_model import LanguageModel
+from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.text_encoder import TextEncoder
+from named_transformer.models.transformer import Transformer, TransformerStacks
+from tests.test_build_everything import SIZES, options
+from tests.test_llama import in_float64
+
+pytest.importorskip("transformers")
+
+B, SEQ, SEQ_Q, VOCAB, TOLERANCE = 2, 5, 4, 13, 1e-10
+#: the second sequence's last key is padding
+PADDING = torch.tensor([[False] * SEQ, [False] * (SEQ - 1) + [True]])
+KEYS = mask_from_torch(None, PADDING)
+CAUSAL = nt.causal_mask(SEQ_Q)
+CAUSAL_SEQ = nt.causal_mask(SEQ)
+PAPER = TransformerConfig(**SIZES)
+
+#: the words a refusal of each field may name it by (case-insensitive): the field
+#: itself, or what it builds. A refusal of a field not listed here is a failure (an
+#: over-refusal), as is one that names none of its words.
+NAMED_BY = {
+    "kv_heads": ("kv_heads", "key/value heads"),
+    "bias": ("bias",),
+    "qkv_bias": ("bias",),
+    "norm": ("rmsnorm", "layernorm"),
+    "feed_forward": ("feed-forward", "feed_forward"),
+    "positions": ("positions",),
+    "window": ("window",),
+    "norm_first": ("norm",),
+    "final_norm": ("final norm", "final rmsnorm", "final_norm"),
+    "activation": ("activation",),
+}
+
+
+# ------------------------------------------------------------------- the modules
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """One module kind: its base configuration, how it is built from a
+    configuration, and how it and its counterpart are called on the same inputs."""
+
+    base: TransformerConfig
+    build: Callable[[TransformerConfig], nn.Module]
+    ours: Callable[[nn.Module], torch.Tensor]
+    theirs: Callable[[nn.Module], torch.Tensor]
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    source = torch.randn(B, SEQ, SIZES["layer"], generator=generator)
+    target = torch.randn(B, SEQ_Q, SIZES["layer"], generator=generator)
+    return source.double(), target.double()
+
+
+def _tokens() -> torch.Tensor:
+    return torch.randint(VOCAB, (B, SEQ), generator=torch.Generator().manual_seed(2))
+
+
+def _source(call):
+    return lambda module: call(module, *_inputs())
+
+
+#: the kinds to_torch and from_torch convert, each with the paper's configuration
+#: as its base; an option reaches each as the kind's own builder passes it on
+TORCH = {
+    "attention": Kind(
+        PAPER,
+        lambda c: MultiHeadAttention.of(c, causal=False),
+        _source(lambda m, s, t: m(s, mask=KEYS)),
+        _source(lambda m, s, t: m(s, s, s, key_padding_mask=PADDING)[0]),
+    ),
+    "encoder layer": Kind(
+        PAPER,
+        EncoderLayer,
+        _source(lambda m, s, t: m(s, KEYS)),
+        _source(lambda m, s, t: m(s, src_key_padding_mask=PADDING)),
+    ),
+    "decoder layer": Kind(
+        PAPER,
+        DecoderLayer,
+        _source(lambda m, s, t: m(t, s, CAUSAL, KEYS)),
+        _source(
+            lambda m, s, t: m(t, s, tgt_mask=~CAUSAL, memory_key_padding_mask=PADDING)
+        ),
+    ),
+    "encoder": Kind(
+        PAPER,
+        lambda c: Encoder.of(c, c.encoder_layers),
+        _source(lambda m, s, t: m(s, KEYS)),
+        _source(lambda m, s, t: m(s, src_key_padding_mask=PADDING)),
+    ),
+    # a decoder-only model's blocks: causal (ALiBi's one-sided form) under its mask
+    "causal blocks": Kind(
+        PAPER,
+        lambda c: Encoder.of(c, c.decoder_layers, causal=True),
+        _source(lambda m, s, t: m(s, CAUSAL_SEQ)),
+        _source(lambda m, s, t: m(s, mask=~CAUSAL_SEQ)),
+    ),
+    "decoder": Kind(
+        PAPER,
+        lambda c: Decoder.of(c, c.decoder_layers),
+        _source(lambda m, s, t: m(t, s, CAUSAL, KEYS)),
+        _source(
+            lambda m, s, t: m(t, s, tgt_mask=~CAUSAL, memory_key_padding_mask=PADDING)
+        ),
+    ),
+    "stacks": Kind(
+        PAPER,
+        TransformerStacks.build,
+        _source(lambda m, s, t: m(s, t, KEYS, CAUSAL, KEYS)),
+        _source(
+            lambda m, s, t: m(
+                s, t, tgt_mask=~CAUSAL, src_key_padding_mask=PADDING,
+                memory_key_padding_mask=PADDING,
+            )  # fmt: skip
+        ),
+    ),
+}
+
+
+def _log_probs(module: nn.Module) -> torch.Tensor:
+    return torch.log_softmax(module(_tokens()).logits, dim=-1)
+
+
+def _language_model(config: TransformerConfig) -> LanguageModel:
+    return LanguageModel(VOCAB, config, scale_embeddings=False, max_positions=16)
+
+
+#: the models to_huggingface and from_huggingface convert, each with the base
+#: configuration of the family it becomes (GPT-2: pre-norm, learned positions;
+#: Llama: TransformerConfig.llama; BERT: the paper's post-norm layers)
+HUGGING_FACE = {
+    "GPT-2-like language model": Kind(
+        dataclasses.replace(PAPER, norm_first=True, positions=Learned(16)),
+        _language_model,
+        lambda m: m(_tokens()),
+        _log_probs,
+    ),
+    "Llama-like language model": Kind(
+        TransformerConfig.llama(**SIZES),
+        _language_model,
+        lambda m: m(_tokens()),
+        _log_probs,
+    ),
+    "BERT-like text encoder": Kind(
+        dataclasses.replace(PAPER, activation="gelu"),
+        lambda c: TextEncoder(VOCAB, c, max_positions=16),
+        lambda m: m(_tokens(), ~PADDING),
+        lambda m: m(_tokens(), attention_mask=(~PADDING).long()).last_hidden_state,
+    ),
+}
+
+
+# ---------------------------------------------------------------- the converters
+
+
+#: each library's pair: (the kinds it accepts, to_X, from_X, the tolerance); a
+#: cell's converter is to_X, or the round trip from_X(to_X(module)), whose result is
+#: named again and must compute the named module's values
+LIBRARIES = {
+    "torch": (TORCH, to_torch, from_torch),
+    "huggingface": (HUGGING_FACE, to_huggingface, from_huggingface),
+}
+#: the base itself: the control each kind must convert
+BASE = ("base", None)
+
+
+def cells() -> list[tuple[str, str, str, Any]]:
+    """(library, kind, field, value) for every option of every kind a library's
+    converters accept, moved off the kind's base configuration; each is two cells,
+    to_X and the round trip."""
+    return [
+        (library, kind, field, value)
+        for library, (kinds, _, _) in LIBRARIES.items()
+        for kind, spec in kinds.items()
+        for field, value in [BASE, *options(spec.base)]
+    ]
+
+
+CELLS = cells()
+
+
+def _refusal(field: str, value: Any, refusal: ValueError) -> str:
+    """The refusal's message, if it is one line naming the option; else an
+    AssertionError."""
+    message = str(refusal)
+    assert field != "base", f"the base does not convert: {message}"
+    assert message and "\n" not in message, f"more than one line: {message!r}"
+    assert field in NAMED_BY, f"{field}={value!r} refused: {message}"
+    words = NAMED_BY[field]
+    assert any(w in message.lower() for w in words), (
+        f"the refusal of {field}={value!r} names none of {words}: {message}"
+    )
+    return f"refused: {message}"
+
+
+def _equal(got: torch.Tensor, want: torch.Tensor, tolerance: float, what: str) -> str:
+    assert got.shape == want.shape, f"{what} gives shape {tuple(got.shape)}"
+    difference = (got - want).abs().max().item()
+    assert difference < tolerance, f"{what} differs by {difference:.3g}"
+    return "equal"
+
+
+def convert(library: str, kind: str, field: str, value: Any) -> dict[str, str]:
+    """Build the module, convert it both ways, and return each converter's outcome
+    ("equal", "refused: ..." or, where the module itself refuses the option, "not
+    built: ..."); an AssertionError for a wrong answer or a refusal that is not one
+    line naming the option."""
+    kinds, to_x, from_x = LIBRARIES[library]
+    spec = kinds[kind]
+    names = (f"to_{library}", f"from_{library}(to_{library})")
+    config = spec.base if field == "base" else dataclasses.replace(
+        spec.base, **{field: value}
+    )  # fmt: skip
+    torch.manual_seed(0)
+    try:
+        module = spec.build(config)
+    except ValueError as refusal:  # the module refuses the option itself
+        message = str(refusal)
+        assert message and "\n" not in message, message
+        return dict.fromkeys(names, f"not built: {message}")
+    module = module.double().eval()
+    _perturb(module)
+    try:
+        theirs = to_x(module).double().eval()
+    except ValueError as refusal:
+        return dict.fromkeys(names, _refusal(field, value, refusal))
+    want = spec.ours(module)
+    if library == "huggingface":
+        # transformers computes RMSNorm and the rotary angles in float32 whatever
+        # the model's dtype: the same equations in float64 in their place
+        theirs = in_float64(theirs)
+    outcomes = {names[0]: _equal(spec.theirs(theirs), want, TOLERANCE, names[0])}
+    try:
+        back = from_x(theirs).double().eval()
+    except ValueError as refusal:
+        outcomes[names[1]] = _refusal(field, value, refusal)
+        return outcomes
+    outcomes[names[1]] = _equal(spec.ours(back), want, TOLERANCE, names[1])
+    return outcomes
+
+
+def _perturb(module: nn.Module) -> None:
+    """Every parameter moved off its initial value (biases start at zero, norms at
+    one): a converter that dropped one would still agree on the initial values."""
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            noise = torch.randn(parameter.shape, generator=generator).double()
+            parameter.add_(0.1 * noise)
+
+
+@pytest.mark.parametrize(
+    ("library", "kind"),
+    [(library, kind) for library, (kinds, _, _) in LIBRARIES.items()
+     for kind in kinds],
+)  # fmt: skip
+def test_every_option_converts_equal_or_is_refused_in_one_line(library, kind):
+    """Every option of one kind through one library's converters (one test, many
+    cells: each failure names its cell, and the other cells still run)."""
+    failures = []
+    with nt.shape_checks(False):  # values are compared here, not shapes
+        for cell in CELLS:
+            if cell[:2] != (library, kind):
+                continue
+            try:
+                convert(*cell)
+            except AssertionError as failure:
+                failures.append(f"{cell[2]}={cell[3]!r}: {failure}")
+    assert not failures, "\n".join(failures)
+
+
+def test_every_field_and_kind_has_cells():
+    """The cells reach every option the configuration enumerates and every kind."""
+    fields = {field for _, _, field, _ in CELLS}
+    assert fields == {field for field, _ in options()} | {"base"}
+    assert {kind for _, kind, _, _ in CELLS} == set(TORCH) | set(HUGGING_FACE)
+
+
+@pytest.mark.parametrize(
+    ("converter", "module"),
+    [
+        (to_torch, lambda: LanguageModel(VOCAB, PAPER)),
+        (to_torch, lambda: TextEncoder(VOCAB, PAPER)),
+        (to_torch, lambda: Transformer(VOCAB, VOCAB, PAPER)),
+        (to_huggingface, lambda: Transformer(VOCAB, VOCAB, PAPER)),
+        (to_huggingface, lambda: Encoder.of(PAPER, 2)),
+    ],
+)
+def test_a_kind_no_converter_accepts_is_refused_in_one_line(converter, module):
+    model = module()
+    with pytest.raises((TypeError, ValueError)) as refused:
+        converter(model)
+    message = str(refused.value)
+    assert type(model).__name__ in message and "\n" not in message
