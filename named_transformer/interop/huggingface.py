@@ -578,9 +578,12 @@ def convert_checkpoint(
 # --8<-- [end:from_huggingface]
 
 
+_REFUSED = "does not convert to transformers"
+
+
 def _check(condition: bool, why: str) -> None:
     if not condition:
-        raise ValueError(f"does not convert to transformers: {why}")
+        raise ValueError(f"{_REFUSED}: {why}")
 
 
 def _check_positions(model: nn.Module, family: str) -> None:
@@ -714,7 +717,10 @@ def _as_family(config_of: Callable[..., dict], why: str, *args) -> dict:
     try:
         return config_of(*args)
     except ValueError as refusal:
-        raise ValueError(f"{refusal} ({why})") from None
+        head, message = _REFUSED, str(refusal)
+        if message.startswith(head):  # why it is of that family, before what it lacks
+            message = f"{head} ({why}){message.removeprefix(head)}"
+        raise ValueError(message) from None
 
 
 # --8<-- [start:to_huggingface]
