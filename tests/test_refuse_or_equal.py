@@ -81,6 +81,17 @@ NAMED_BY = {
     "norm_first": ("norm",),
     "final_norm": ("final norm", "final rmsnorm", "final_norm"),
     "activation": ("activation",),
+    # the builders' options beyond the configuration
+    "memory": ("memory",),
+    "value_memory": ("memory",),
+    "wide": ("narrow heads",),
+    "key": ("narrow heads",),
+    "val": ("narrow heads",),
+    "tie_output": ("output",),
+    "output_bias": ("output",),
+    "scale_embeddings": ("scale",),
+    "pooler": ("pooler",),
+    "head": ("head",),
 }
 
 
@@ -93,9 +104,11 @@ class Kind:
     configuration, and how it and its counterpart are called on the same inputs."""
 
     base: TransformerConfig
-    build: Callable[[TransformerConfig], nn.Module]
+    build: Callable[..., nn.Module]
     ours: Callable[[nn.Module], torch.Tensor]
     theirs: Callable[[nn.Module], torch.Tensor]
+    #: the builder's options beyond the configuration, each tried with the base
+    keywords: tuple[dict[str, Any], ...] = ()
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,14 +126,54 @@ def _source(call):
     return lambda module: call(module, *_inputs())
 
 
+def _memory(width: int) -> torch.Tensor:
+    """An encoder output (or a cross-attention's keys' source) ``width`` wide."""
+    generator = torch.Generator().manual_seed(4 + width)
+    return torch.randn(B, SEQ, width, generator=generator).double()
+
+
+def _attention(m: MultiHeadAttention) -> torch.Tensor:
+    """Self-attention, or cross-attention where the keys' or values' source is of
+    another width (``memory``, ``value_memory``)."""
+    source, _ = _inputs()
+    if m.memory == m.value_memory == m.layer:
+        return m(source, mask=KEYS)
+    values = None if m.value_memory == m.memory else _memory(m.value_memory)
+    return m(source, _memory(m.memory), KEYS, values_from=values)
+
+
+def _torch_attention(m: nn.MultiheadAttention) -> torch.Tensor:
+    source, _ = _inputs()
+    if m.kdim == m.vdim == m.embed_dim:
+        return m(source, source, source, key_padding_mask=PADDING)[0]
+    keys = _memory(m.kdim)
+    values = keys if m.vdim == m.kdim else _memory(m.vdim)
+    return m(source, keys, values, key_padding_mask=PADDING)[0]
+
+
+def _decoder_layer(m: DecoderLayer) -> torch.Tensor:
+    _, target = _inputs()
+    return m(target, _memory(m.cross_attention.memory), CAUSAL, KEYS)
+
+
+def _torch_decoder_layer(m: nn.TransformerDecoderLayer) -> torch.Tensor:
+    _, target = _inputs()
+    memory = _memory(m.multihead_attn.kdim)
+    return m(target, memory, tgt_mask=~CAUSAL, memory_key_padding_mask=PADDING)
+
+
 #: the kinds to_torch and from_torch convert, each with the paper's configuration
 #: as its base; an option reaches each as the kind's own builder passes it on
 TORCH = {
     "attention": Kind(
         PAPER,
-        lambda c: MultiHeadAttention.of(c, causal=False),
-        _source(lambda m, s, t: m(s, mask=KEYS)),
-        _source(lambda m, s, t: m(s, s, s, key_padding_mask=PADDING)[0]),
+        lambda c, **options: MultiHeadAttention.of(c, causal=False, **options),
+        _attention,
+        _torch_attention,
+        keywords=(
+            {"memory": 7}, {"value_memory": 6}, {"memory": 7, "value_memory": 6},
+            {"wide": True}, {"key": 3}, {"val": 5},
+        ),
     ),
     "encoder layer": Kind(
         PAPER,
@@ -129,13 +182,9 @@ TORCH = {
         _source(lambda m, s, t: m(s, src_key_padding_mask=PADDING)),
     ),
     "decoder layer": Kind(
-        PAPER,
-        DecoderLayer,
-        _source(lambda m, s, t: m(t, s, CAUSAL, KEYS)),
-        _source(
-            lambda m, s, t: m(t, s, tgt_mask=~CAUSAL, memory_key_padding_mask=PADDING)
-        ),
-    ),
+        PAPER, DecoderLayer, _decoder_layer, _torch_decoder_layer,
+        keywords=({"memory": 7},),
+    ),  # fmt: skip
     "encoder": Kind(
         PAPER,
         lambda c: Encoder.of(c, c.encoder_layers),
@@ -175,8 +224,31 @@ def _log_probs(module: nn.Module) -> torch.Tensor:
     return torch.log_softmax(module(_tokens()).logits, dim=-1)
 
 
-def _language_model(config: TransformerConfig) -> LanguageModel:
-    return LanguageModel(VOCAB, config, scale_embeddings=False, max_positions=16)
+def _language_model(config: TransformerConfig, **options: Any) -> LanguageModel:
+    options = {"scale_embeddings": False, **options}
+    return LanguageModel(VOCAB, config, max_positions=16, **options)
+
+
+#: a language model's options beyond the configuration
+LANGUAGE_MODEL = (
+    {"tie_output": False}, {"tie_output": False, "output_bias": False},
+    {"scale_embeddings": True},
+)  # fmt: skip
+
+
+def _text_encoder(m: TextEncoder) -> torch.Tensor:
+    """The states, or the head's log-probabilities, or the pooler's vectors."""
+    hidden = m(_tokens(), ~PADDING)
+    if m.head is not None:
+        return m.predict(hidden)
+    return hidden if m.pooler is None else m.pool(hidden)
+
+
+def _bert(m: nn.Module) -> torch.Tensor:
+    out = m(_tokens(), attention_mask=(~PADDING).long())
+    if hasattr(out, "logits"):
+        return torch.log_softmax(out.logits, dim=-1)
+    return out.last_hidden_state if out.pooler_output is None else out.pooler_output
 
 
 #: the models to_huggingface and from_huggingface convert, each with the base
@@ -188,18 +260,24 @@ HUGGING_FACE = {
         _language_model,
         lambda m: m(_tokens()),
         _log_probs,
+        LANGUAGE_MODEL,
     ),
     "Llama-like language model": Kind(
         TransformerConfig.llama(**SIZES),
         _language_model,
         lambda m: m(_tokens()),
         _log_probs,
+        LANGUAGE_MODEL,
     ),
     "BERT-like text encoder": Kind(
         dataclasses.replace(PAPER, activation="gelu"),
-        lambda c: TextEncoder(VOCAB, c, max_positions=16),
-        lambda m: m(_tokens(), ~PADDING),
-        lambda m: m(_tokens(), attention_mask=(~PADDING).long()).last_hidden_state,
+        lambda c, **options: TextEncoder(VOCAB, c, max_positions=16, **options),
+        _text_encoder,
+        _bert,
+        keywords=(
+            {"pooler": True}, {"head": True}, {"pooler": True, "head": True},
+            {"types": 0}, {"padding": None},
+        ),
     ),
 }
 
@@ -220,14 +298,17 @@ BASE = ("base", None)
 
 def cells() -> list[tuple[str, str, str, Any]]:
     """(library, kind, field, value) for every option of every kind a library's
-    converters accept, moved off the kind's base configuration; each is two cells,
-    to_X and the round trip."""
+    converters accept, moved off the kind's base configuration, and each of the
+    builder's other options (field "+": the keywords) with the base; each is two
+    cells, to_X and the round trip."""
     return [
         (library, kind, field, value)
         for library, (kinds, _, _) in LIBRARIES.items()
         for kind, spec in kinds.items()
-        for field, value in [BASE, *options(spec.base)]
-    ]
+        for field, value in [
+            BASE, *options(spec.base), *(("+", k) for k in spec.keywords)
+        ]
+    ]  # fmt: skip
 
 
 CELLS = cells()
@@ -239,8 +320,9 @@ def _refusal(field: str, value: Any, refusal: ValueError) -> str:
     message = str(refusal)
     assert field != "base", f"the base does not convert: {message}"
     assert message and "\n" not in message, f"more than one line: {message!r}"
-    assert field in NAMED_BY, f"{field}={value!r} refused: {message}"
-    words = NAMED_BY[field]
+    keys = list(value) if field == "+" else [field]
+    assert all(key in NAMED_BY for key in keys), f"{field}={value!r}: {message}"
+    words = [word for key in keys for word in NAMED_BY[key]]
     assert any(w in message.lower() for w in words), (
         f"the refusal of {field}={value!r} names none of {words}: {message}"
     )
@@ -262,12 +344,14 @@ def convert(library: str, kind: str, field: str, value: Any) -> dict[str, str]:
     kinds, to_x, from_x = LIBRARIES[library]
     spec = kinds[kind]
     names = (f"to_{library}", f"from_{library}(to_{library})")
-    config = spec.base if field == "base" else dataclasses.replace(
-        spec.base, **{field: value}
-    )  # fmt: skip
+    config, keywords = spec.base, {}
+    if field == "+":
+        keywords = value
+    elif field != "base":
+        config = dataclasses.replace(config, **{field: value})
     torch.manual_seed(0)
     try:
-        module = spec.build(config)
+        module = spec.build(config, **keywords)
     except ValueError as refusal:  # the module refuses the option itself
         message = str(refusal)
         assert message and "\n" not in message, message
@@ -326,7 +410,7 @@ def test_every_option_converts_equal_or_is_refused_in_one_line(library, kind):
 def test_every_field_and_kind_has_cells():
     """The cells reach every option the configuration enumerates and every kind."""
     fields = {field for _, _, field, _ in CELLS}
-    assert fields == {field for field, _ in options()} | {"base"}
+    assert fields == {field for field, _ in options()} | {"base", "+"}
     assert {kind for _, kind, _, _ in CELLS} == set(TORCH) | set(HUGGING_FACE)
 
 

@@ -120,6 +120,8 @@ _BERT_LAYER = [
     _Name("encoder.layer.{i}.output.LayerNorm.weight", (_NORM2 + "gamma",), _VECTOR),
     _Name("encoder.layer.{i}.output.LayerNorm.bias", (_NORM2 + "beta",), _VECTOR),
 ]  # fmt: skip
+#: the token-type table BERT always has (one row of zeros for a model without)
+_NO_TYPES = "embeddings.token_type_embeddings.weight"
 _BERT_POOLER = [
     _Name("pooler.dense.weight", ("pooler.weight",), _SQUARE),
     _Name("pooler.dense.bias", ("pooler.bias",), _VECTOR),
@@ -626,7 +628,9 @@ def _bert_config(ours: TextEncoder) -> dict:
         intermediate_size=c.hidden, hidden_act=_THEIR_ACTIVATIONS[c.activation],
         hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.dropout,
         max_position_embeddings=ours.positions.table.shape[0],
-        type_vocab_size=0 if ours.types is None else ours.types.table.shape[0],
+        # BERT always adds a token-type row: a model without types gets one row
+        # of zeros (to_huggingface), which adds nothing
+        type_vocab_size=1 if ours.types is None else ours.types.table.shape[0],
         layer_norm_eps=c.eps, pad_token_id=ours.embedding.padding,
     )  # fmt: skip
 
@@ -779,6 +783,10 @@ def to_huggingface(
         head = name.theirs.startswith(("cls.", "lm_head."))
         prefix = family.prefix if has_prefix and not head else ""
         state[prefix + name.theirs] = _theirs(name, _parameters(model, name))
+    if isinstance(model, TextEncoder) and model.types is None:
+        prefix = family.prefix if has_prefix else ""
+        table = model.embedding.table
+        state[prefix + _NO_TYPES] = table.new_zeros(1, table.shape[1])
     missing, unexpected = theirs.load_state_dict(state, strict=False)
     stripped = (k.removeprefix(family.prefix) for k in missing)
     left = [k for k in stripped if k not in family.tied and not _BUFFERS.search(k)]
