@@ -54,8 +54,8 @@ def _other(value: typing.Any, annotation: typing.Any) -> list[typing.Any]:
         return [v for v in (True, False, None) if v is not value]
     if isinstance(value, PositionScheme):
         return _schemes()
-    if isinstance(value, float):
-        return [value / 2]
+    if isinstance(value, float):  # half, or off zero (a Llama base's dropout)
+        return [value / 2 if value else 0.1]
     if isinstance(value, int) and not isinstance(value, bool):
         return [value + 1, value * 2]
     if value is None:  # int | None: a few small positive sizes
