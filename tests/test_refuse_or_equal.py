@@ -17,7 +17,8 @@ beyond the configuration (an attention's ``memory``, ``value_memory``, ``wide``,
 ``output_bias``, ``scale_embeddings``; BERT's ``pooler``, ``head``, ``types``,
 ``padding``) are cells too, each with the base configuration.
 
-The converters: ``to_torch``, ``to_huggingface``, and the round trips ``to_X`` then
+The converters: ``to_torch`` (batch-first, and with ``batch_first=False``, called on
+the same inputs swapped), ``to_huggingface``, and the round trips ``to_X`` then
 ``from_X``, whose result must compute the named module's values again. Equal means
 the same outputs on the same inputs in float64 to 1e-10 (the named masks and their
 PyTorch negations; eval mode, autograd on, so that PyTorch's encoder fast path, which
@@ -48,6 +49,7 @@ from typing import Any
 
 import pytest
 import torch
+from einops import rearrange
 from torch import nn
 
 import named_transformer as nt
@@ -289,13 +291,45 @@ HUGGING_FACE = {
 # ---------------------------------------------------------------- the converters
 
 
-#: each library's pair: (the kinds it accepts, to_X, from_X); a
-#: cell's converter is to_X, or the round trip from_X(to_X(module)), whose result is
-#: named again and must compute the named module's values
+class SequenceFirst:
+    """A PyTorch module built with ``batch_first=False``, called as batch-first: its
+    ``batch seq layer`` inputs and output swapped to ``seq batch layer`` and back
+    (masks are the same either way)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __getattr__(self, name: str) -> Any:  # kdim, vdim, multihead_attn, ...
+        return getattr(self.module, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        def swap(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.dim() == 3 and x.is_floating_point():
+                return rearrange(x, "a b layer -> b a layer")
+            return x
+
+        out = self.module(*map(swap, args), **{k: swap(v) for k, v in kwargs.items()})
+        return (swap(out[0]), *out[1:]) if isinstance(out, tuple) else swap(out)
+
+
+def _sequence_first(module: nn.Module) -> nn.Module:
+    return to_torch(module, batch_first=False)
+
+
+#: each library's converters: (the kinds they accept, to_X, from_X, to_X's name, how
+#: to_X's result is called batch-first); a cell's converter is to_X, or the round
+#: trip from_X(to_X(module)), whose result is named again and must compute the named
+#: module's values
 LIBRARIES = {
-    "torch": (TORCH, to_torch, from_torch),
-    "huggingface": (HUGGING_FACE, to_huggingface, from_huggingface),
-}
+    "torch": (TORCH, to_torch, from_torch, "to_torch", None),
+    "torch, sequence first": (
+        TORCH, _sequence_first, from_torch, "to_torch(batch_first=False)",
+        SequenceFirst,
+    ),
+    "huggingface": (
+        HUGGING_FACE, to_huggingface, from_huggingface, "to_huggingface", None
+    ),
+}  # fmt: skip
 #: the base itself: the control each kind must convert
 BASE = ("base", None)
 
@@ -307,7 +341,7 @@ def cells() -> list[tuple[str, str, str, Any]]:
     cells, to_X and the round trip."""
     return [
         (library, kind, field, value)
-        for library, (kinds, _, _) in LIBRARIES.items()
+        for library, (kinds, *_) in LIBRARIES.items()
         for kind, spec in kinds.items()
         for field, value in [
             BASE, *options(spec.base), *(("+", k) for k in spec.keywords)
@@ -345,9 +379,9 @@ def convert(library: str, kind: str, field: str, value: Any) -> dict[str, str]:
     ("equal", "refused: ..." or, where the module itself refuses the option, "not
     built: ..."); an AssertionError for a wrong answer or a refusal that is not one
     line naming the option."""
-    kinds, to_x, from_x = LIBRARIES[library]
+    kinds, to_x, from_x, name, call_as = LIBRARIES[library]
     spec = kinds[kind]
-    names = (f"to_{library}", f"from_{library}(to_{library})")
+    names = (name, f"{from_x.__name__}({name})")
     config, keywords = spec.base, {}
     if field == "+":
         keywords = value
@@ -373,7 +407,8 @@ def convert(library: str, kind: str, field: str, value: Any) -> dict[str, str]:
         # transformers computes RMSNorm and the rotary angles in float32 whatever
         # the model's dtype: the same equations in float64 in their place
         theirs = in_float64(theirs)
-    outcomes = {names[0]: _equal(spec.theirs(theirs), want, TOLERANCE, names[0])}
+    called = theirs if call_as is None else call_as(theirs)
+    outcomes = {names[0]: _equal(spec.theirs(called), want, TOLERANCE, names[0])}
     try:
         back = from_x(theirs).double().eval()
     except ValueError as refusal:
@@ -395,7 +430,7 @@ def _perturb(module: nn.Module) -> None:
 
 @pytest.mark.parametrize(
     ("library", "kind"),
-    [(library, kind) for library, (kinds, _, _) in LIBRARIES.items()
+    [(library, kind) for library, (kinds, *_) in LIBRARIES.items()
      for kind in kinds],
 )  # fmt: skip
 def test_every_option_converts_equal_or_is_refused_in_one_line(library, kind):
