@@ -120,8 +120,6 @@ _BERT_LAYER = [
     _Name("encoder.layer.{i}.output.LayerNorm.weight", (_NORM2 + "gamma",), _VECTOR),
     _Name("encoder.layer.{i}.output.LayerNorm.bias", (_NORM2 + "beta",), _VECTOR),
 ]  # fmt: skip
-#: the token-type table BERT always has (one row of zeros for a model without)
-_NO_TYPES = "embeddings.token_type_embeddings.weight"
 _BERT_POOLER = [
     _Name("pooler.dense.weight", ("pooler.weight",), _SQUARE),
     _Name("pooler.dense.bias", ("pooler.bias",), _VECTOR),
@@ -260,6 +258,8 @@ _THEIR_ACTIVATIONS = {ours: theirs for theirs, ours in reversed(_ACTIVATIONS.ite
 _BUFFERS = re.compile(
     r"(embeddings\.(position_ids|token_type_ids)|h\.\d+\.attn\.(masked_)?bias)$"
 )
+#: the token-type table BERT always has (one row of zeros for a model without)
+_NO_TYPES = "embeddings.token_type_embeddings.weight"
 # names that repeat another tensor of a tied model: checked equal, not loaded twice
 _TIED = {
     "cls.predictions.decoder.weight": "embeddings.word_embeddings.weight",
@@ -739,8 +739,10 @@ def to_huggingface(
     ``model_type`` (``"llama"``, ``"qwen2"``, ``"mistral"``) picks among the last
     three; by default q/k/v biases alone make Qwen2, a window Mistral, the rest
     Llama. Each tensor is our weight laid out by the pattern of
-    :func:`checkpoint_names` read backwards. A model the reference cannot express
-    (pre-norm BERT, sinusoidal GPT-2, ...) raises ValueError saying why.
+    :func:`checkpoint_names` read backwards (a text encoder without token types
+    gets BERT's token-type table as one row of zeros, which adds nothing). A model
+    the reference cannot express (pre-norm BERT, sinusoidal GPT-2, ...) raises
+    ValueError in one line saying why, and which family its positions made it.
     """
     import transformers as hf
 
