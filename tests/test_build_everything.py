@@ -54,8 +54,8 @@ def _other(value: typing.Any, annotation: typing.Any) -> list[typing.Any]:
         return [v for v in (True, False, None) if v is not value]
     if isinstance(value, PositionScheme):
         return _schemes()
-    if isinstance(value, float):
-        return [value / 2]
+    if isinstance(value, float):  # half, or off zero (a Llama base's dropout)
+        return [value / 2 if value else 0.1]
     if isinstance(value, int) and not isinstance(value, bool):
         return [value + 1, value * 2]
     if value is None:  # int | None: a few small positive sizes
@@ -80,17 +80,21 @@ def _schemes() -> list[PositionScheme]:
     return schemes
 
 
-def options() -> list[tuple[str, typing.Any]]:
-    """(field, value) for every field of the configuration and each value tried."""
+def options(
+    default: TransformerConfig | None = None,
+) -> list[tuple[str, typing.Any]]:
+    """(field, value) for every field of the configuration and each value tried,
+    moved off ``default`` (the configuration of :data:`SIZES` unless given; sized by
+    :data:`SIZES` either way)."""
     hints = typing.get_type_hints(TransformerConfig)
-    default = TransformerConfig(**SIZES)
+    default = TransformerConfig(**SIZES) if default is None else default
     cases = []
     for field in dataclasses.fields(TransformerConfig):
         if field.name in SIZES:  # sizes, not options: every model is sized by them
             continue
         for value in _other(getattr(default, field.name), hints[field.name]):
             try:
-                TransformerConfig(**{**SIZES, field.name: value})
+                dataclasses.replace(default, **{field.name: value})
             except ValueError:
                 continue  # the config refuses it: nothing is built
             name = field.name

@@ -258,6 +258,8 @@ _THEIR_ACTIVATIONS = {ours: theirs for theirs, ours in reversed(_ACTIVATIONS.ite
 _BUFFERS = re.compile(
     r"(embeddings\.(position_ids|token_type_ids)|h\.\d+\.attn\.(masked_)?bias)$"
 )
+#: the token-type table BERT always has (one row of zeros for a model without)
+_NO_TYPES = "embeddings.token_type_embeddings.weight"
 # names that repeat another tensor of a tied model: checked equal, not loaded twice
 _TIED = {
     "cls.predictions.decoder.weight": "embeddings.word_embeddings.weight",
@@ -578,9 +580,12 @@ def convert_checkpoint(
 # --8<-- [end:from_huggingface]
 
 
+_REFUSED = "does not convert to transformers"
+
+
 def _check(condition: bool, why: str) -> None:
     if not condition:
-        raise ValueError(f"does not convert to transformers: {why}")
+        raise ValueError(f"{_REFUSED}: {why}")
 
 
 def _check_positions(model: nn.Module, family: str) -> None:
@@ -614,7 +619,8 @@ def _bert_config(ours: TextEncoder) -> dict:
     c = ours.config
     _check_positions(ours, "BERT")
     _check_heads_and_biases(c, "BERT")
-    _check(not c.norm_first and not c.has_final_norm, "BERT's layers are post-norm")
+    _check(not c.norm_first, "BERT's layers are post-norm (norm_first=False)")
+    _check(not c.has_final_norm, "BERT has no final norm after its layers")
     _check(ours.pooler is None or ours.head is None, "a pooler and a head together")
     return dict(
         vocab_size=ours.embedding.table.shape[0], hidden_size=c.layer,
@@ -622,7 +628,9 @@ def _bert_config(ours: TextEncoder) -> dict:
         intermediate_size=c.hidden, hidden_act=_THEIR_ACTIVATIONS[c.activation],
         hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.dropout,
         max_position_embeddings=ours.positions.table.shape[0],
-        type_vocab_size=0 if ours.types is None else ours.types.table.shape[0],
+        # BERT always adds a token-type row: a model without types gets one row
+        # of zeros (to_huggingface), which adds nothing
+        type_vocab_size=1 if ours.types is None else ours.types.table.shape[0],
         layer_norm_eps=c.eps, pad_token_id=ours.embedding.padding,
     )  # fmt: skip
 
@@ -634,7 +642,8 @@ def _gpt2_config(ours: LanguageModel) -> dict:
     _check_heads_and_biases(c, "GPT-2")
     _check(c.window is None, "GPT-2 has no sliding window")
     _check(not ours.embedding.scale, "GPT-2 does not scale its embeddings")
-    _check(c.norm_first and c.has_final_norm, "GPT-2 is pre-norm with a final norm")
+    _check(c.norm_first, "GPT-2's layers are pre-norm (norm_first=True)")
+    _check(c.has_final_norm, "GPT-2 has a final norm after its layers")
     _check(ours.generator.bias is None, "GPT-2's output has no bias")
     vocab = ours.embedding.table.shape[0]
     return dict(
@@ -673,8 +682,9 @@ def _llama_config(ours: LanguageModel, model_type: str) -> dict:
            "Llama's positions are rotary, inside the attention only")  # fmt: skip
     _check_positions(ours, "Llama")
     _check(not ours.embedding.scale, "Llama does not scale its embeddings")
-    _check(c.norm_first and c.has_final_norm and c.norm == "rms",
-           "Llama is pre-norm with RMSNorm and a final RMSNorm")  # fmt: skip
+    _check(c.norm_first, "Llama's layers are pre-norm (norm_first=True)")
+    _check(c.has_final_norm, "Llama has a final RMSNorm after its layers")
+    _check(c.norm == "rms", "Llama's norms are RMSNorm (norm='rms'), not LayerNorm")
     _check(c.feed_forward == "gated", "Llama's feed-forward is gated")
     _check(ours.generator.bias is None, "Llama's output has no bias")
     qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
@@ -704,6 +714,19 @@ def _llama_config(ours: LanguageModel, model_type: str) -> dict:
     return config
 
 
+def _as_family(config_of: Callable[..., dict], why: str, *args) -> dict:
+    """``config_of(*args)``, its refusal saying ``why`` the model is of that family
+    (a rotary model refused as Llama's names its positions, not only what Llama
+    lacks)."""
+    try:
+        return config_of(*args)
+    except ValueError as refusal:
+        head, message = _REFUSED, str(refusal)
+        if message.startswith(head):  # why it is of that family, before what it lacks
+            message = f"{head} ({why}){message.removeprefix(head)}"
+        raise ValueError(message) from None
+
+
 # --8<-- [start:to_huggingface]
 def to_huggingface(
     model: TextEncoder | LanguageModel, *, model_type: str | None = None
@@ -716,8 +739,10 @@ def to_huggingface(
     ``model_type`` (``"llama"``, ``"qwen2"``, ``"mistral"``) picks among the last
     three; by default q/k/v biases alone make Qwen2, a window Mistral, the rest
     Llama. Each tensor is our weight laid out by the pattern of
-    :func:`checkpoint_names` read backwards. A model the reference cannot express
-    (pre-norm BERT, sinusoidal GPT-2, ...) raises ValueError saying why.
+    :func:`checkpoint_names` read backwards (a text encoder without token types
+    gets BERT's token-type table as one row of zeros, which adds nothing). A model
+    the reference cannot express (pre-norm BERT, sinusoidal GPT-2, ...) raises
+    ValueError in one line saying why, and which family its positions made it.
     """
     import transformers as hf
 
@@ -740,10 +765,16 @@ def to_huggingface(
             )
         config_class, model_class = llama_classes[kind]
         family = _FAMILIES[kind]
-        theirs = model_class(config_class(**_llama_config(model, kind)))
+        why = (
+            f"model_type={kind!r}" if model_type is not None
+            else f"its rotary positions make it {kind.capitalize()}-like"
+        )  # fmt: skip
+        config = config_class(**_as_family(_llama_config, why, model, kind))
+        theirs = model_class(config)
     elif isinstance(model, LanguageModel):
-        family, config = _FAMILIES["gpt2"], hf.GPT2Config(**_gpt2_config(model))
-        theirs = hf.GPT2LMHeadModel(config)
+        why = "a language model without rotary positions is GPT-2-like"
+        config = hf.GPT2Config(**_as_family(_gpt2_config, why, model))
+        family, theirs = _FAMILIES["gpt2"], hf.GPT2LMHeadModel(config)
     else:
         raise ValueError(f"{type(model).__name__} has no transformers counterpart")
     # in our dtype before loading: float64 weights must not pass through float32
@@ -754,6 +785,10 @@ def to_huggingface(
         head = name.theirs.startswith(("cls.", "lm_head."))
         prefix = family.prefix if has_prefix and not head else ""
         state[prefix + name.theirs] = _theirs(name, _parameters(model, name))
+    if isinstance(model, TextEncoder) and model.types is None:
+        prefix = family.prefix if has_prefix else ""
+        table = model.embedding.table
+        state[prefix + _NO_TYPES] = table.new_zeros(1, table.shape[1])
     missing, unexpected = theirs.load_state_dict(state, strict=False)
     stripped = (k.removeprefix(family.prefix) for k in missing)
     left = [k for k in stripped if k not in family.tied and not _BUFFERS.search(k)]
