@@ -20,6 +20,7 @@ from named_transformer.core.blockwise import (
     automatic_block,
     block_size,
 )
+from named_transformer.core.fast import computes_every_tile
 from named_transformer.models.cores import AUTOMATIC, MATERIALISE, Blockwise
 
 # long enough for the blockwise choice with every kind of mask: 4 blocks, uneven
@@ -218,19 +219,19 @@ def test_the_modules_mask_reaches_the_rule(kind, kv_heads, blockwise_calls):
 def test_which_masks_hide_no_tile():
     """None, one over the keys only, and one with fewer than two axes (only with the
     shape checks off) hide no tile; one over queries and keys may."""
-    assert blockwise._every_tile(None)
-    assert blockwise._every_tile(masks(BETWEEN, BETWEEN)["padding"])
-    assert blockwise._every_tile(torch.ones(BETWEEN, dtype=torch.bool))
-    assert not blockwise._every_tile(masks(BETWEEN, BETWEEN)["window"])
+    assert computes_every_tile(None)
+    assert computes_every_tile(masks(BETWEEN, BETWEEN)["padding"])
+    assert computes_every_tile(torch.ones(BETWEEN, dtype=torch.bool))
+    assert not computes_every_tile(masks(BETWEEN, BETWEEN)["window"])
 
 
 def test_compiled_a_mask_tensor_hides_no_tile(monkeypatch):
     """While compiling, blockwise cannot look at a mask tensor to skip its tiles, so
     the rule counts it as hiding none."""
     causal = nt.causal_mask(BETWEEN, BETWEEN)
-    assert not blockwise._every_tile(causal)
+    assert not computes_every_tile(causal)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert blockwise._every_tile(causal)
+    assert computes_every_tile(causal)
 
 
 def modules(**options):

@@ -75,8 +75,8 @@ def test_train_and_decode_with_rotary_and_alibi_positions(tmp_path, capsys, posi
     loaded = load_run(out / "checkpoint.pt")
     assert loaded["spec"]["config"]["positions"]["kind"] == positions
     attention = loaded["model"].stacks.decoder.layers[0].self_attention
-    expected = {"rotary": "Rotary", "alibi": "ALiBi"}[positions] + "MultiHeadAttention"
-    assert type(attention).__name__ == expected
+    expected = {"rotary": "Rotary", "alibi": "LinearBiases"}[positions]
+    assert type(attention.positions).__name__ == expected
     printed = run(capsys, "decode", str(out / "checkpoint.pt"), "3 1 4",
                   "--figure", str(tmp_path / "decode.png"))  # fmt: skip
     assert re.fullmatch(r"\d*", printed.splitlines()[0])

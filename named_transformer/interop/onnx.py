@@ -257,7 +257,18 @@ def export_onnx(
             output_names=wrapped.names,
             dynamic_shapes=(tuple(dynamic.values()),),  # forward(*inputs)
         )  # fmt: skip
-    sidecar = {
+    sidecar = {**_sidecar(wrapped, example), **(metadata or {})}
+    path.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
+    return sidecar
+
+
+# --8<-- [end:export_onnx]
+
+
+def _sidecar(wrapped: AttentionOutputs, example: tuple[Tensor, ...]) -> dict[str, Any]:
+    """What the graph's inputs, outputs and attention maps are, by name and axes."""
+    interface = wrapped.interface
+    return {
         "kind": interface.kind,
         "inputs": [
             {"name": n, "axes": list(a), "dtype": str(x.dtype).removeprefix("torch.")}
@@ -268,13 +279,7 @@ def export_onnx(
             for name in wrapped.names
         ],
         "attention": wrapped.maps,
-        **(metadata or {}),
     }
-    path.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
-    return sidecar
-
-
-# --8<-- [end:export_onnx]
 
 
 @checked

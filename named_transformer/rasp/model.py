@@ -64,11 +64,14 @@ class CompiledModel(CountsParameters, nn.Module):
         output: the :class:`OutputVariable` decoding reads (kept as ``output``, its
             name, and ``output_values``, its categories or None).
         heads: for every attention block, the s-op each head computes.
-        causal: every attention block attends under the causal mask (a query sees
-            only the keys at or before it), as a model Tracr compiles with
-            ``causal=True`` does; its selectors then select among earlier positions
-            only.
+
+    :attr:`causal` (False unless set): every attention block attends under the
+    causal mask (a query sees only the keys at or before it), as a model Tracr
+    compiles with ``causal=True`` does; its selectors then select among earlier
+    positions only.
     """
+
+    causal = False
 
     def __init__(
         self,
@@ -81,7 +84,6 @@ class CompiledModel(CountsParameters, nn.Module):
         labels: Sequence[str],
         output: OutputVariable,
         heads: Sequence[Sequence[str]],
-        causal: bool = False,
     ) -> None:
         super().__init__()
         self.token_table = nn.Parameter(token_table, requires_grad=False)
@@ -91,7 +93,6 @@ class CompiledModel(CountsParameters, nn.Module):
         self.labels, self.output = list(labels), output.name
         self.output_values = None if output.values is None else list(output.values)
         self.heads = [list(h) for h in heads]
-        self.causal = causal
         self.max_length = position_table.shape[0] - 1
         names = [label.split(":")[0] for label in self.labels]
         dims = [i for i, name in enumerate(names) if name == output.name]

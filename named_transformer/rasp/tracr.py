@@ -101,15 +101,16 @@ def from_tracr(compiled: Any, *, dtype: torch.dtype = torch.float32) -> Compiled
         blocks += [block.requires_grad_(False), feed.requires_grad_(False)]
     encoder = compiled.input_encoder
     vocabulary = sorted(encoder.encoding_map, key=encoder.encoding_map.get)
-    return CompiledModel(
+    model = CompiledModel(
         _tensor(params["token_embed"]["embeddings"], dtype),
         _tensor(params["pos_embed"]["embeddings"], dtype),
         blocks, vocabulary=vocabulary, bos=encoder.bos_token,
         labels=compiled.residual_labels, output=_output(compiled),
         heads=[[f"layer_{i}/head_{h}" for h in range(heads)]
                for i in range(config.num_layers)],
-        causal=bool(getattr(config, "causal", False)),
     )  # fmt: skip
+    model.causal = bool(getattr(config, "causal", False))  # the mask, same weights
+    return model
 
 
 # --8<-- [end:from_tracr]
