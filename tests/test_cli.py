@@ -295,14 +295,18 @@ def test_help_shows_the_defaults():
 
 
 def test_the_default_train_copy_learns_the_task(tmp_path, capsys):
-    """The first command a newcomer runs: the recipe reaches 100% (a step cap, no
-    clock: it stops early once 1,000 validation items are right 3 times in a row)."""
+    """The first command a newcomer runs: the recipe learns the task (a step cap, no
+    clock: it stops early once 1,000 validation items are right 3 times in a row).
+    The held-out score is 100.0% on a quiet machine; on a crowded one the same run
+    (0.8.3's code and this) has ended at 99.9%, one item of 1,000 wrong: the
+    floating-point sums the two cores make differ there, so one item is allowed."""
     out = tmp_path / "copy"
     argv = ["train", "copy", "--out", str(out), "--no-figure", "--no-progress"]
     assert cli.main(argv) == 0
-    assert "held-out exact match: 100.0%" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert re.search(r"held-out exact match: (100\.0|99\.9)%", printed), printed
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["held_out"] == 1.0 and metrics["steps"] < 4000
+    assert metrics["held_out"] >= 0.999 and metrics["steps"] < 4000
 
 
 PACKAGE = Path(cli.__file__).resolve().parents[1]
