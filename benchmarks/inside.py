@@ -16,7 +16,7 @@ import torch
 
 import named_transformer as nt
 from benchmarks.common import interleaved, ms, table
-from named_transformer.inside import recording
+from named_transformer import recording
 
 
 def _count_taps(model, tokens) -> int:

@@ -299,8 +299,7 @@ def test_the_default_train_copy_learns_the_task(tmp_path, capsys):
     clock: it stops early once 1,000 validation items are right 3 times in a row).
     The held-out score is 100.0% on a quiet machine; on a crowded one the same run
     (0.8.3's code and this) has ended at 99.9%, one item of 1,000 wrong, for a
-    reason not found yet (the steps are the same; the arithmetic is not, there), so
-    one item is allowed."""
+    reason not found yet, so one item is allowed."""
     out = tmp_path / "copy"
     argv = ["train", "copy", "--out", str(out), "--no-figure", "--no-progress"]
     assert cli.main(argv) == 0
