@@ -8,17 +8,23 @@ torch. ``python -m`` imports the package before its ``__main__``, so the package
 ``__main__`` calls :func:`started` once the command line is imported; from there on
 Ctrl-C raises ``KeyboardInterrupt`` as usual, and the command line turns it into one
 line of its own. Importing the package any other way changes nothing.
+
+It also imports jaxtyping without jax (:func:`jaxtyping_without_jax`): where jax is
+installed (Tracr, for the RASP page and tests, brings it), jaxtyping imports it for its
+``PyTree`` type, and its first check imports it to filter jax's tracebacks; the library
+never uses either: one to two seconds on every start.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
 import threading
 from types import FrameType
 
-__all__ = ["quiet_start", "started"]
+__all__ = ["jaxtyping_without_jax", "quiet_start", "started"]
 
 INTERRUPTED = "interrupted while starting; nothing was done"
 
@@ -48,4 +54,27 @@ def started() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def jaxtyping_without_jax() -> None:
+    """Import jaxtyping (if nothing has yet) as if jax were not installed: it then
+    skips its jax-only ``PyTree``; jax itself stays importable, and imports as usual
+    when something else asks for it."""
+    if "jaxtyping" in sys.modules:
+        return
+    find_spec = importlib.util.find_spec
+
+    def without_jax(name: str, package: str | None = None):
+        return None if name == "jax" else find_spec(name, package)
+
+    importlib.util.find_spec = without_jax  # jaxtyping asks it whether jax exists
+    try:
+        import jaxtyping._decorator
+    finally:
+        importlib.util.find_spec = find_spec
+    # its first `jaxtyped` would import jax to hide its own frames from jax's
+    # tracebacks: nothing to hide here, no jax array is ever checked
+    if getattr(jaxtyping._decorator, "_tb_flag", False):
+        jaxtyping._decorator._tb_flag = False
+
+
 quiet_start()
+jaxtyping_without_jax()

@@ -452,3 +452,20 @@ def test_train_copy_stops_at_its_time_cap_after_any_step(tmp_path, capsys):
     assert cli.main(argv) == 0
     assert " for 1 steps " in capsys.readouterr().out
     assert training.load_checkpoint(out / "checkpoint.pt")["step"] == 1
+
+
+def test_importing_the_package_imports_neither_jax_nor_transformers_nor_matplotlib():
+    """Issue 45, item 4: jax (which Tracr brings, and jaxtyping imports when it is
+    installed), transformers and matplotlib stay out of ``import named_transformer``,
+    and jax still imports afterwards for whoever asks for it."""
+    pytest.importorskip("jax")  # installed with the test extras (Tracr)
+    code = (
+        "import sys, named_transformer\n"
+        "heavy = ('jax', 'transformers', 'matplotlib')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+        "import jax.numpy\n"
+        "print(float(jax.numpy.ones(2).sum()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, check=True, timeout=300)  # fmt: skip
+    assert done.stdout.split() == ["[]", "2.0"], done.stdout + done.stderr
