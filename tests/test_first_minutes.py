@@ -469,3 +469,23 @@ def test_importing_the_package_imports_neither_jax_nor_transformers_nor_matplotl
     done = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, check=True, timeout=300)  # fmt: skip
     assert done.stdout.split() == ["[]", "2.0"], done.stdout + done.stderr
+
+
+def test_train_induction_checks_its_paths_and_options_before_training(tmp_path):
+    """The induction recipe refuses a file as its folder, and the options it does not
+    take, in one line each, before any step."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cases = (
+        (["--out", str(a_file)], "is a file, not a folder"),
+        (["--resume"], "takes no --resume"),
+        (["--max-seconds", "5"], "takes no --max-seconds"),
+    )
+    for extra, said in cases:
+        argv = ["train", "induction", "--steps", "2", "--no-figure", *extra]
+        done = subprocess.run([sys.executable, "-m", "named_transformer", *argv],
+                              capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "runs").exists()  # nothing trained, nothing written

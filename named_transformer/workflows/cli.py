@@ -244,6 +244,11 @@ def _train(args: argparse.Namespace) -> int:
     if args.task == "induction":  # the attention-only model on repeated segments
         from named_transformer.workflows.induction import train_induction_command
 
+        for given in ("resume", "max_seconds"):  # the recipe runs its steps in one go
+            if getattr(args, given, None):
+                flag = "--" + given.replace("_", "-")
+                raise ValueError(f"{flag}: train induction takes no {flag}")
+        _train_outputs(args, "induction", ["curves.json", "model.pt"], "curves.png")
         return train_induction_command(args)
     text = args.task == "text"  # real text, not a generated task
     settings = None if text else run_settings(args)
