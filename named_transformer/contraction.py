@@ -12,7 +12,7 @@ operand. Each call then makes the one ``torch.matmul`` with only the moves the l
 needs (a projection by a weight stored (free, contracted), ``hidden layer``, is one
 ``F.linear``, which reads it as it lies). On one token (a cached decoding step, the
 Performance page's table 17) that saves several microseconds a contraction, a fair
-share of a small product's time (the notation page times one).
+share of a small product's time (the Performance page times one).
 
 Anything else goes to ``einops.einsum`` unchanged: three or more operands, an axis
 summed away from one operand alone, a repeated axis (a diagonal), a contracted axis of

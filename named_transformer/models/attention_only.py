@@ -9,8 +9,10 @@ $$X^0 = (E \ndot{vocab} I)\sqrt{|\mathsf{layer}|} + P, \qquad
 With nothing between the heads but sums, every path from a token to a logit is a
 product of weight matrices, which is what lets the paper read circuits off the
 weights. Each head $h$ reads the stream through two circuits: its **QK circuit**
-$W^{QK}_h = W^Q_h \ndot{key} W^K_h$ decides where it attends, its **OV circuit**
-$W^{OV}_h = W^V_h \ndot{val} W^O_h$ what it writes there. A head of layer 1 whose
+$W^{QK}_h = W^Q_{h,\mathsf{layer}\to\mathsf{layer_q}} \ndot{key} W^K_h$ decides where
+it attends, its **OV circuit**
+$W^{OV}_h = W^V_h \ndot{val} W^O_{h,\mathsf{layer}\to\mathsf{layer'}}$ what it writes
+there. A head of layer 1 whose
 keys read what a head of layer 0 wrote *composes* with it (K-composition,
 :func:`composition_score`); one layer alone cannot, so an induction head needs two.
 
@@ -132,8 +134,8 @@ class AttentionOnlyModel(CountsParameters, nn.Module):
 def qk_circuit(
     w_q: Float[Tensor, "layer_q key"], w_k: Float[Tensor, "layer key"]
 ) -> Float[Tensor, "layer_q layer"]:
-    r"""$W^{QK}_h = W^Q_h \ndot{key} W^K_h$: a query that reads $x$ scores a key that
-    reads $y$ by $x \ndot{layer_q} W^{QK}_h \ndot{layer} y / \sqrt{|\mathsf{key}|}$."""
+    r"""$W^{QK}_h = W^Q_{h,\mathsf{layer}\to\mathsf{layer_q}} \ndot{key} W^K_h$: a
+    query that reads $x$ scores a key that reads $y$ by $x \ndot{layer_q} W^{QK}_h \ndot{layer} y / \sqrt{|\mathsf{key}|}$."""
     return einsum(w_q, w_k, "layer_q key, layer key -> layer_q layer")
 
 
@@ -141,8 +143,8 @@ def qk_circuit(
 def ov_circuit(
     w_v: Float[Tensor, "layer val"], w_o: Float[Tensor, "val layer_out"]
 ) -> Float[Tensor, "layer layer_out"]:
-    r"""$W^{OV}_h = W^V_h \ndot{val} W^O_h$: what head $h$ writes to the stream
-    ($\mathsf{layer'}$) for a source position that holds $y$ ($\mathsf{layer}$)."""
+    r"""$W^{OV}_h = W^V_h \ndot{val} W^O_{h,\mathsf{layer}\to\mathsf{layer'}}$: what
+    head $h$ writes to the stream ($\mathsf{layer'}$) for a source position that holds $y$ ($\mathsf{layer}$)."""
     return einsum(w_v, w_o, "layer val, val layer_out -> layer layer_out")
 
 
@@ -154,7 +156,8 @@ def composition_score(
     earlier one (OV circuit ``ov``): how much of what the earlier head writes the
     later head's keys read (Elhage et al. 2021),
 
-    $$\text{K-comp}(h_1, h_0) = \frac{\lVert W^{QK}_{h_1} \ndot{layer'}
+    $$\text{K-comp}(h_1, h_0) = \frac{\lVert W^{QK}_{h_1,\mathsf{layer}\to
+      \mathsf{layer'}} \ndot{layer'}
       W^{OV}_{h_0} \rVert_F}{\lVert W^{QK}_{h_1} \rVert_F\,
       \lVert W^{OV}_{h_0} \rVert_F}.$$
 
