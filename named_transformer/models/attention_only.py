@@ -135,7 +135,8 @@ def qk_circuit(
     w_q: Float[Tensor, "layer_q key"], w_k: Float[Tensor, "layer key"]
 ) -> Float[Tensor, "layer_q layer"]:
     r"""$W^{QK}_h = W^Q_{h,\mathsf{layer}\to\mathsf{layer_q}} \ndot{key} W^K_h$: a
-    query that reads $x$ scores a key that reads $y$ by $x \ndot{layer_q} W^{QK}_h \ndot{layer} y / \sqrt{|\mathsf{key}|}$."""
+    query that reads $x$ scores a key that reads $y$ by
+    $x \ndot{layer_q} W^{QK}_h \ndot{layer} y / \sqrt{|\mathsf{key}|}$."""
     return einsum(w_q, w_k, "layer_q key, layer key -> layer_q layer")
 
 
@@ -144,7 +145,8 @@ def ov_circuit(
     w_v: Float[Tensor, "layer val"], w_o: Float[Tensor, "val layer_out"]
 ) -> Float[Tensor, "layer layer_out"]:
     r"""$W^{OV}_h = W^V_h \ndot{val} W^O_{h,\mathsf{layer}\to\mathsf{layer'}}$: what
-    head $h$ writes to the stream ($\mathsf{layer'}$) for a source position that holds $y$ ($\mathsf{layer}$)."""
+    head $h$ writes to the stream ($\mathsf{layer'}$) for a source position that
+    holds $y$ ($\mathsf{layer}$)."""
     return einsum(w_v, w_o, "layer val, val layer_out -> layer layer_out")
 
 
