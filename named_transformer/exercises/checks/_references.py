@@ -99,7 +99,6 @@ def _multihead(
     memory: Tensor,
     weights: Sequence[Tensor],
     mask: Tensor | None = None,
-    biases: tuple[Tensor | None, ...] = (None, None, None, None),
     *,
     score_bias: Tensor | None = None,
     rotary: float | None = None,
@@ -107,11 +106,10 @@ def _multihead(
     offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Vaswani's multi-head attention, (output, each head's weights); ``weights`` are
-    W^Q, W^K, W^V, W^O and ``biases`` b^Q, b^K, b^V, b^O. ``rotary`` (a base) rotates
+    W^Q, W^K, W^V, W^O, then b^Q, b^K, b^V, b^O if given. ``rotary`` (a base) rotates
     the queries from position ``offset`` and the keys from 0; ``alibi`` adds the
     linear biases of the queries from ``offset``."""
-    w_q, w_k, w_v, w_o = weights
-    b_q, b_k, b_v, b_o = biases
+    w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o = [*weights, None, None, None, None][:8]
     queries, keys = _heads(inputs, w_q, b_q), _heads(memory, w_k, b_k)
     values = _heads(memory, w_v, b_v)
     if rotary is not None:

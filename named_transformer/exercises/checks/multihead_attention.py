@@ -110,7 +110,7 @@ def multihead_attention_biases(impl: Check) -> None:
     biases = (_randn(2, 3, seed=49), _randn(2, 3, seed=50), _randn(2, 5, seed=51),
               _randn(6, seed=52))  # fmt: skip
     _same_pair(impl(inputs, memory, _attention_weights(weights, biases)),
-               _multihead(inputs, memory, weights, None, biases),
+               _multihead(inputs, memory, [*weights, *biases]),
                "with the biases b^Q, b^K, b^V and b^O")  # fmt: skip
 
 
