@@ -116,7 +116,7 @@ def test_attention_out_a_folder_is_refused_before_the_model_loads(
     tmp_path, capsys, monkeypatch
 ):
     pytest.importorskip("matplotlib")
-    from named_transformer.pretrained import commands
+    from named_transformer.workflows import pretrained as commands
 
     def never():
         raise AssertionError("the model was loaded before the --out check")
