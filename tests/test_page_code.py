@@ -208,7 +208,10 @@ def test_the_reader_sees_what_it_measures():
     assert MEMORY_STATE.search("if torch.is_grad_enabled() and x.requires_grad:")
     assert not MEMORY_STATE.search("nn.Parameter(table, requires_grad=False)")
     assert not MEMORY_STATE.search("block.requires_grad_(False)")
-    code = _code('def f(x):\n    """Doc.\n\n    More."""\n    # why\n    y = x.add_(1)  # out=\n    return _g(y)\n')  # noqa: E501
+    code = _code(
+        'def f(x):\n    """Doc.\n\n    More."""\n    # why\n'
+        "    y = x.add_(1)  # out=\n    return _g(y)\n"
+    )
     assert code.splitlines() == ["def f(x):", "    y = x.add_(1)", "    return _g(y)"]
     assert len(INPLACE.findall(code)) == 1 and len(PRIVATE_CALL.findall(code)) == 1
 
