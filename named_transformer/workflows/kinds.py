@@ -108,15 +108,40 @@ class ModelKind:
         """(summed label-smoothed cross-entropy, target count) of ``batch``."""
         raise NotImplementedError
 
+    def group(self, index: int, source: Sequence[str], batch_size: int) -> int:
+        """Sources with the same group are decoded in one batch."""
+        return index // batch_size
+
+    def batch_decoder(
+        self, model: nn.Module, vocabulary: Vocabulary, **options: Any
+    ) -> Callable[[list[Example]], list[tuple[str, ...]]]:
+        """The function from a batch of examples to the model's outputs."""
+        raise NotImplementedError
+
+    @torch.no_grad()
     def decode(
         self,
         model: nn.Module,
         vocabulary: Vocabulary,
         sources: Sequence[Sequence[str]],
+        *,
+        batch_size: int = 256,
         **options: Any,
     ) -> list[tuple[str, ...]]:
-        """The model's output for each source (a classifier: its label)."""
-        raise NotImplementedError
+        """The model's output for each source (a classifier: its label), in batches
+        of at most ``batch_size`` sources of one :meth:`group`."""
+        model.eval()
+        decode_batch = self.batch_decoder(model, vocabulary, **options)
+        groups: dict[int, list[int]] = {}
+        for i, source in enumerate(sources):
+            groups.setdefault(self.group(i, source, batch_size), []).append(i)
+        results: dict[int, tuple[str, ...]] = {}
+        for indices in groups.values():
+            for first in range(0, len(indices), batch_size):
+                chunk = indices[first : first + batch_size]
+                outputs = decode_batch([self.example(sources[i], ()) for i in chunk])
+                results.update(zip(chunk, outputs, strict=True))
+        return [results[i] for i in range(len(sources))]
 
     def example(self, source: Sequence[str], prediction: Sequence[str]) -> Example:
         """The example whose batch gives the weights of ``source`` and
@@ -231,41 +256,25 @@ class _Generating(ModelKind):
         """The cached decoder of these sources and the tokens it starts from."""
         raise NotImplementedError
 
-    def group(self, index: int, source: Sequence[str], batch_size: int) -> int:
-        """Sources with the same group are decoded in one batch."""
-        return index // batch_size
-
-    @torch.no_grad()
-    def decode(
+    def batch_decoder(
         self,
         model: nn.Module,
         vocabulary: Vocabulary,
-        sources: Sequence[Sequence[str]],
         *,
         method: str = "greedy",
         max_len: int | None = None,
-        batch_size: int = 256,
         **options: Any,
-    ) -> list[tuple[str, ...]]:
-        model.eval()
-        strategy = _strategy(method, **options)
-        groups: dict[int, list[int]] = {}
-        for i, source in enumerate(sources):
-            groups.setdefault(self.group(i, source, batch_size), []).append(i)
-        results: dict[int, tuple[str, ...]] = {}
-        for indices in groups.values():
-            for first in range(0, len(indices), batch_size):
-                chunk = indices[first : first + batch_size]
-                examples = [Example(tuple(sources[i]), ()) for i in chunk]
-                limit = max_len or max(len(e.source) for e in examples) + 12
-                decoder, start = self.start(model, examples, vocabulary)
-                decoded = strategy(
-                    decoder, start, limit, vocabulary.eos, vocabulary.pad
-                )
-                rows = strip_after_eos(decoded.tokens, vocabulary.eos)
-                for i, ids in zip(chunk, rows, strict=True):
-                    results[i] = vocabulary.decode(ids)
-        return [results[i] for i in range(len(sources))]
+    ) -> Callable[[list[Example]], list[tuple[str, ...]]]:
+        strategy = _strategy(method, **options)  # one sampler for every batch
+
+        def decode_batch(examples: list[Example]) -> list[tuple[str, ...]]:
+            limit = max_len or max(len(e.source) for e in examples) + 12
+            decoder, start = self.start(model, examples, vocabulary)
+            decoded = strategy(decoder, start, limit, vocabulary.eos, vocabulary.pad)
+            rows = strip_after_eos(decoded.tokens, vocabulary.eos)
+            return [vocabulary.decode(ids) for ids in rows]
+
+        return decode_batch
 
 
 @register
@@ -348,25 +357,17 @@ class _Classifying(ModelKind):
         logits = model(batch.source, batch.mask)
         return smoothed_cross_entropy(logits, batch.labels, -100, smoothing)
 
-    @torch.no_grad()
-    def decode(
-        self,
-        model: nn.Module,
-        vocabulary: Vocabulary,
-        sources: Sequence[Sequence[str]],
-        *,
-        batch_size: int = 256,
-        **options: Any,
-    ) -> list[tuple[str, ...]]:
+    def batch_decoder(
+        self, model: nn.Module, vocabulary: Vocabulary, **options: Any
+    ) -> Callable[[list[Example]], list[tuple[str, ...]]]:
         del options  # one label per source: nothing to search
-        model.eval()
-        out = []
-        for first in range(0, len(sources), batch_size):
-            chunk = sources[first : first + batch_size]
-            batch = self.collate([self.example(s, ()) for s in chunk], vocabulary)
+
+        def decode_batch(examples: list[Example]) -> list[tuple[str, ...]]:
+            batch = self.collate(examples, vocabulary)
             best = model(batch.source, batch.mask).argmax(-1)  # allow-raw: best class
-            out += [(LABELS[i],) for i in best.tolist()]
-        return out
+            return [(LABELS[i],) for i in best.tolist()]
+
+        return decode_batch
 
 
 @register
