@@ -195,17 +195,26 @@ class ElmanCell(nn.Module):
 # --8<-- [end:ElmanCell]
 
 
-# --8<-- [start:GRUCell]
-class GRUCell(nn.Module):
-    r"""Named GRU cell with three stacked gates (r, z, n), as in :func:`gru_cell`."""
+class _GatedCell(nn.Module):
+    """A cell whose ``gates`` stand stacked along the first axis of each weight,
+    initialised as PyTorch does."""
+
+    gates: int
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
         _check_sizes(input_size, hidden_size)
-        self.w_input = _uniform(hidden_size, 3, hidden_size, input_size)
-        self.w_hidden = _uniform(hidden_size, 3, hidden_size, hidden_size)
-        self.b_input = _uniform(hidden_size, 3, hidden_size)
-        self.b_hidden = _uniform(hidden_size, 3, hidden_size)
+        self.w_input = _uniform(hidden_size, self.gates, hidden_size, input_size)
+        self.w_hidden = _uniform(hidden_size, self.gates, hidden_size, hidden_size)
+        self.b_input = _uniform(hidden_size, self.gates, hidden_size)
+        self.b_hidden = _uniform(hidden_size, self.gates, hidden_size)
+
+
+# --8<-- [start:GRUCell]
+class GRUCell(_GatedCell):
+    r"""Named GRU cell with three stacked gates (r, z, n), as in :func:`gru_cell`."""
+
+    gates = 3
 
     @checked
     def forward(
@@ -222,17 +231,11 @@ class GRUCell(nn.Module):
 
 
 # --8<-- [start:LSTMCell]
-class LSTMCell(nn.Module):
+class LSTMCell(_GatedCell):
     r"""Named LSTM cell with four stacked gates (i, f, g, o), as in
     :func:`lstm_cell`."""
 
-    def __init__(self, input_size: int, hidden_size: int) -> None:
-        super().__init__()
-        _check_sizes(input_size, hidden_size)
-        self.w_input = _uniform(hidden_size, 4, hidden_size, input_size)
-        self.w_hidden = _uniform(hidden_size, 4, hidden_size, hidden_size)
-        self.b_input = _uniform(hidden_size, 4, hidden_size)
-        self.b_hidden = _uniform(hidden_size, 4, hidden_size)
+    gates = 4
 
     @checked
     def forward(

@@ -466,7 +466,22 @@ def _special_tokens(special: SpecialTokens | None, token_ids: dict) -> SpecialTo
     return replace(special or SpecialTokens(), **token_ids)
 
 
-class BahdanauSeq2Seq(nn.Module):
+class _Seq2Seq(nn.Module):
+    """What both RNN encoder–decoders share: the special tokens and the last step of
+    greedy decoding."""
+
+    def __init__(self, special: SpecialTokens | None, token_ids: dict) -> None:
+        super().__init__()
+        special = _special_tokens(special, token_ids)
+        self.bos, self.eos, self.pad = special.bos, special.eos, special.pad
+
+    def _greedy_tokens(self, logits: Tensor) -> Tensor:
+        """The most likely token at each step, ``pad`` after the first ``eos``."""
+        tokens = logits.argmax(-1)  # allow-raw: greedy choice over vocab
+        return _truncate_after_eos(tokens, self.eos, self.pad)
+
+
+class BahdanauSeq2Seq(_Seq2Seq):
     r"""Bidirectional GRU encoder + attention decoder (Bahdanau et al., 2015).
 
     ``forward`` (teacher forcing with probability ``teacher_forcing``) returns the
@@ -489,14 +504,12 @@ class BahdanauSeq2Seq(nn.Module):
         special: SpecialTokens | None = None,
         **token_ids: int,
     ) -> None:
-        super().__init__()
+        super().__init__(special, token_ids)
         decoder_hidden = hidden if decoder_hidden is None else decoder_hidden
         self.encoder = BidirectionalEncoder(vocab, layer, hidden)
         self.decoder = AttentionDecoder(
             vocab, layer, decoder_hidden, 2 * hidden, hidden, score, attention
         )
-        special = _special_tokens(special, token_ids)
-        self.bos, self.eos, self.pad = special.bos, special.eos, special.pad
 
     @checked
     def forward(
@@ -526,15 +539,14 @@ class BahdanauSeq2Seq(nn.Module):
         logits, weights = self.decoder(
             annotations, mask, backward_first, None, self.bos, 0.0, max_steps, self.eos
         )
-        tokens = logits.argmax(-1)  # allow-raw: greedy choice over vocab
-        return _truncate_after_eos(tokens, self.eos, self.pad), weights
+        return self._greedy_tokens(logits), weights
 
 
 # --8<-- [end:BahdanauSeq2Seq]
 
 
 # --8<-- [start:RNNEncoderDecoder]
-class RNNEncoderDecoder(nn.Module):
+class RNNEncoderDecoder(_Seq2Seq):
     r"""The basic encoder–decoder: a GRU reads the source into one vector $c$, its
     last state.
 
@@ -554,15 +566,13 @@ class RNNEncoderDecoder(nn.Module):
         special: SpecialTokens | None = None,
         **token_ids: int,
     ) -> None:
-        super().__init__()
+        super().__init__(special, token_ids)
         _check_positive(vocab=vocab, layer=layer, hidden=hidden)
         decoder_hidden = hidden if decoder_hidden is None else decoder_hidden
         self.embedding = nn.Parameter(torch.randn(vocab, layer) * 0.1)
         self.encoder_cell = GRUCell(layer, hidden)
         self.decoder = FixedContextDecoder(vocab, layer, decoder_hidden, hidden)
         self.reverse_source, self.hidden = reverse_source, hidden
-        special = _special_tokens(special, token_ids)
-        self.bos, self.eos, self.pad = special.bos, special.eos, special.pad
 
     @checked
     def encode(
@@ -598,8 +608,7 @@ class RNNEncoderDecoder(nn.Module):
         logits = self.decoder(
             self.encode(sources, lengths), None, self.bos, 0.0, max_steps, self.eos
         )
-        tokens = logits.argmax(-1)  # allow-raw: greedy choice over vocab
-        return _truncate_after_eos(tokens, self.eos, self.pad)
+        return self._greedy_tokens(logits)
 
 
 # --8<-- [end:RNNEncoderDecoder]

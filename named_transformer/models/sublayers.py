@@ -136,6 +136,13 @@ def build_norm(
 # --8<-- [end:RMSNorm]
 
 
+def _linear_init(fan_in: int, *shape: int) -> nn.Parameter:
+    """A weight or bias of ``shape`` drawn as ``nn.Linear`` draws it:
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = fan_in**-0.5
+    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
+
+
 class _Activated(nn.Module):
     """What both feed-forward networks share: a named activation, then dropout on
     the hidden units (after the gate's product in the gated one)."""
@@ -173,12 +180,11 @@ class FeedForward(_Activated):
         bias: bool = True,
     ) -> None:
         super().__init__(activation, dropout)
-        bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
-        self.w1 = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
+        self.w1 = _linear_init(layer, hidden, layer)
         # registered in the order w1, b1, w2, b2 that saved optimizer states expect
-        self.b1 = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
-        self.w2 = nn.Parameter(torch.empty(layer, hidden).uniform_(-bound2, bound2))
-        self.b2 = nn.Parameter(torch.empty(layer).uniform_(-bound2, bound2))
+        self.b1 = _linear_init(layer, hidden)
+        self.w2 = _linear_init(hidden, layer, hidden)
+        self.b2 = _linear_init(hidden, layer)
         if not bias:
             self.b1 = self.b2 = None
 
@@ -214,15 +220,14 @@ class GatedFeedForward(_Activated):
         bias: bool = False,
     ) -> None:
         super().__init__(activation, dropout)
-        bound1, bound2 = layer**-0.5, hidden**-0.5  # nn.Linear's default ranges
-        self.w_gate = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
-        self.w_up = nn.Parameter(torch.empty(hidden, layer).uniform_(-bound1, bound1))
-        self.w_down = nn.Parameter(torch.empty(layer, hidden).uniform_(-bound2, bound2))
+        self.w_gate = _linear_init(layer, hidden, layer)
+        self.w_up = _linear_init(layer, hidden, layer)
+        self.w_down = _linear_init(hidden, layer, hidden)
         self.b_gate = self.b_up = self.b_down = None
         if bias:
-            self.b_gate = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
-            self.b_up = nn.Parameter(torch.empty(hidden).uniform_(-bound1, bound1))
-            self.b_down = nn.Parameter(torch.empty(layer).uniform_(-bound2, bound2))
+            self.b_gate = _linear_init(layer, hidden)
+            self.b_up = _linear_init(layer, hidden)
+            self.b_down = _linear_init(hidden, layer)
 
     @checked
     def forward(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Self
 
 import torch
 from jaxtyping import Bool, Int
@@ -34,8 +35,15 @@ def _pad(rows: list[list[int]], pad: int) -> Tensor:
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
 
 
+class _Tensors:
+    """A dataclass of tensors that moves to a device as one."""
+
+    def to(self, device: torch.device | str) -> Self:
+        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+
 @dataclass
-class Batch:
+class Batch(_Tensors):
     """A padded encoder–decoder batch.
 
     ``target_in`` = ``<bos>`` + target (teacher forcing), ``target_out`` = target +
@@ -47,9 +55,6 @@ class Batch:
     target_in: Int[Tensor, "batch seq_q"]
     target_out: Int[Tensor, "batch seq_q"]
     target_lengths: Int[Tensor, " batch"]
-
-    def to(self, device: torch.device | str) -> Batch:
-        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
 
     @property
     def source_mask(self) -> Bool[Tensor, "batch 1 seq"]:
@@ -71,7 +76,7 @@ class Batch:
 
 
 @dataclass
-class LMBatch:
+class LMBatch(_Tensors):
     """A decoder-only batch: each row is ``source <bos> target <eos>``, shifted by one.
 
     ``<bos>`` separates the prompt from the answer; ``outputs`` is ``<pad>`` (ignored by
@@ -82,9 +87,6 @@ class LMBatch:
     outputs: Int[Tensor, "batch seq"]
     lengths: Int[Tensor, " batch"]
     prompt_lengths: Int[Tensor, " batch"]
-
-    def to(self, device: torch.device | str) -> LMBatch:
-        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
 
     @property
     def mask(self) -> Bool[Tensor, "batch seq seq"]:
@@ -148,15 +150,12 @@ def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
 
 
 @dataclass
-class ClassifyBatch:
+class ClassifyBatch(_Tensors):
     """A padded classification batch: token ids, their lengths, one label id per row."""
 
     source: Int[Tensor, "batch seq"]
     source_lengths: Int[Tensor, " batch"]
     labels: Int[Tensor, " batch"]
-
-    def to(self, device: torch.device | str) -> ClassifyBatch:
-        return type(self)(*(getattr(self, f.name).to(device) for f in fields(self)))
 
     @property
     def mask(self) -> Bool[Tensor, "batch seq"]:

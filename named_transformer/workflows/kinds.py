@@ -85,6 +85,10 @@ class ModelKind:
 
     name: str  # the spec's "kind"
     learns: str  # the task kind it can learn: "seq2seq" or "classify"
+    # The attention maps: (the name of the weights, title, query labels, key labels),
+    # where labels are the "source", the "target" (<bos> + prediction) or the
+    # "prompt" (source <bos> prediction).
+    maps: tuple[tuple[str, str, str, str], ...] = ()
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         """A fresh model for a vocabulary of ``vocab`` tokens."""
@@ -104,14 +108,49 @@ class ModelKind:
         """(summed label-smoothed cross-entropy, target count) of ``batch``."""
         raise NotImplementedError
 
+    def group(self, index: int, source: Sequence[str], batch_size: int) -> int:
+        """Sources with the same group are decoded in one batch."""
+        return index // batch_size
+
+    def batch_decoder(
+        self, model: nn.Module, vocabulary: Vocabulary, **options: Any
+    ) -> Callable[[list[Example]], list[tuple[str, ...]]]:
+        """The function from a batch of examples to the model's outputs."""
+        raise NotImplementedError
+
+    @torch.no_grad()
     def decode(
         self,
         model: nn.Module,
         vocabulary: Vocabulary,
         sources: Sequence[Sequence[str]],
+        *,
+        batch_size: int = 256,
         **options: Any,
     ) -> list[tuple[str, ...]]:
-        """The model's output for each source (a classifier: its label)."""
+        """The model's output for each source (a classifier: its label), in batches
+        of at most ``batch_size`` sources of one :meth:`group`."""
+        model.eval()
+        decode_batch = self.batch_decoder(model, vocabulary, **options)
+        groups: dict[int, list[int]] = {}
+        for i, source in enumerate(sources):
+            groups.setdefault(self.group(i, source, batch_size), []).append(i)
+        results: dict[int, tuple[str, ...]] = {}
+        for indices in groups.values():
+            for first in range(0, len(indices), batch_size):
+                chunk = indices[first : first + batch_size]
+                outputs = decode_batch([self.example(sources[i], ()) for i in chunk])
+                results.update(zip(chunk, outputs, strict=True))
+        return [results[i] for i in range(len(sources))]
+
+    def example(self, source: Sequence[str], prediction: Sequence[str]) -> Example:
+        """The example whose batch gives the weights of ``source`` and
+        ``prediction``."""
+        return Example(tuple(source), tuple(prediction))
+
+    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
+        """Each layer's attention weights (batch × heads × seq_q × seq), by the
+        names in :attr:`maps`."""
         raise NotImplementedError
 
     def attention_maps(
@@ -122,7 +161,21 @@ class ModelKind:
         prediction: Sequence[str],
     ) -> list[AttentionMap]:
         """One map per attention kind and layer while reading ``source``."""
-        raise NotImplementedError
+        if not self.maps:
+            return []  # no attention at all
+        batch = self.collate([self.example(source, prediction)], vocabulary)
+        weights = self.weights(model, batch)
+        sources, predicted = _labels(source), _labels(prediction)
+        labels = {
+            "source": sources,
+            "target": ["<bos>", *predicted],
+            "prompt": [*sources, "<bos>", *predicted],
+        }
+        return [
+            (f"{title}, layer {i + 1}", w[0], labels[queries], labels[keys])
+            for name, title, queries, keys in self.maps
+            for i, w in enumerate(weights[name])
+        ]
 
 
 # --8<-- [end:ModelKind]
@@ -187,47 +240,41 @@ class _Generating(ModelKind):
 
     learns = "seq2seq"
 
+    def teacher_forced(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
+        """(log-probabilities of every next token, the tokens they should name)."""
+        raise NotImplementedError
+
+    def loss(
+        self, model: nn.Module, batch: Any, vocabulary: Vocabulary, smoothing: float
+    ) -> tuple[Tensor, Tensor]:
+        log_probs, targets = self.teacher_forced(model, batch)
+        return smoothed_cross_entropy(log_probs, targets, vocabulary.pad, smoothing)
+
     def start(
         self, model: nn.Module, examples: list[Example], vocabulary: Vocabulary
     ) -> tuple[IncrementalDecoder, Tensor]:
         """The cached decoder of these sources and the tokens it starts from."""
         raise NotImplementedError
 
-    def group(self, index: int, source: Sequence[str], batch_size: int) -> int:
-        """Sources with the same group are decoded in one batch."""
-        return index // batch_size
-
-    @torch.no_grad()
-    def decode(
+    def batch_decoder(
         self,
         model: nn.Module,
         vocabulary: Vocabulary,
-        sources: Sequence[Sequence[str]],
         *,
         method: str = "greedy",
         max_len: int | None = None,
-        batch_size: int = 256,
         **options: Any,
-    ) -> list[tuple[str, ...]]:
-        model.eval()
-        strategy = _strategy(method, **options)
-        groups: dict[int, list[int]] = {}
-        for i, source in enumerate(sources):
-            groups.setdefault(self.group(i, source, batch_size), []).append(i)
-        results: dict[int, tuple[str, ...]] = {}
-        for indices in groups.values():
-            for first in range(0, len(indices), batch_size):
-                chunk = indices[first : first + batch_size]
-                examples = [Example(tuple(sources[i]), ()) for i in chunk]
-                limit = max_len or max(len(e.source) for e in examples) + 12
-                decoder, start = self.start(model, examples, vocabulary)
-                decoded = strategy(
-                    decoder, start, limit, vocabulary.eos, vocabulary.pad
-                )
-                rows = strip_after_eos(decoded.tokens, vocabulary.eos)
-                for i, ids in zip(chunk, rows, strict=True):
-                    results[i] = vocabulary.decode(ids)
-        return [results[i] for i in range(len(sources))]
+    ) -> Callable[[list[Example]], list[tuple[str, ...]]]:
+        strategy = _strategy(method, **options)  # one sampler for every batch
+
+        def decode_batch(examples: list[Example]) -> list[tuple[str, ...]]:
+            limit = max_len or max(len(e.source) for e in examples) + 12
+            decoder, start = self.start(model, examples, vocabulary)
+            decoded = strategy(decoder, start, limit, vocabulary.eos, vocabulary.pad)
+            rows = strip_after_eos(decoded.tokens, vocabulary.eos)
+            return [vocabulary.decode(ids) for ids in rows]
+
+        return decode_batch
 
 
 @register
@@ -235,6 +282,11 @@ class EncoderDecoderKind(_Generating):
     """The paper's encoder–decoder Transformer: source in, target out."""
 
     name = "encoder-decoder"
+    maps = (
+        ("encoder", "encoder self-attention", "source", "source"),
+        ("decoder_self", "decoder self-attention", "target", "target"),
+        ("decoder_cross", "cross-attention", "target", "source"),
+    )
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return Transformer(vocab, vocab, config)
@@ -242,15 +294,11 @@ class EncoderDecoderKind(_Generating):
     def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
         return collate(examples, vocabulary)
 
-    def loss(
-        self, model: nn.Module, batch: Any, vocabulary: Vocabulary, smoothing: float
-    ) -> tuple[Tensor, Tensor]:
+    def teacher_forced(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
         log_probs = model(
             batch.source, batch.target_in, batch.source_mask, batch.target_mask
         )
-        return smoothed_cross_entropy(
-            log_probs, batch.target_out, vocabulary.pad, smoothing
-        )
+        return log_probs, batch.target_out
 
     def start(
         self, model: nn.Module, examples: list[Example], vocabulary: Vocabulary
@@ -259,25 +307,8 @@ class EncoderDecoderKind(_Generating):
         decoder = IncrementalDecoder(model, batch.source, batch.source_mask)
         return decoder, batch.target_in[:, :1]
 
-    def attention_maps(
-        self,
-        model: nn.Module,
-        vocabulary: Vocabulary,
-        source: Sequence[str],
-        prediction: Sequence[str],
-    ) -> list[AttentionMap]:
-        batch = collate([Example(tuple(source), tuple(prediction))], vocabulary)
-        _, weights = model(batch.source, batch.target_in, need_weights=True)
-        sources, targets = _labels(source), ["<bos>", *_labels(prediction)]
-        return [
-            (f"{title}-attention, layer {i + 1}", w[0], queries, keys)
-            for name, title, queries, keys in (
-                ("encoder", "encoder self", sources, sources),
-                ("decoder_self", "decoder self", targets, targets),
-                ("decoder_cross", "cross", targets, sources),
-            )
-            for i, w in enumerate(weights[name])
-        ]
+    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
+        return model(batch.source, batch.target_in, need_weights=True)[1]
 
 
 @register
@@ -285,6 +316,7 @@ class DecoderOnlyKind(_Generating):
     """A causal language model that continues the prompt ``source <bos>``."""
 
     name = "decoder-only"
+    maps = (("self", "causal self-attention", "prompt", "prompt"),)
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return LanguageModel(vocab, config)
@@ -292,13 +324,8 @@ class DecoderOnlyKind(_Generating):
     def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
         return collate_lm(examples, vocabulary)
 
-    def loss(
-        self, model: nn.Module, batch: Any, vocabulary: Vocabulary, smoothing: float
-    ) -> tuple[Tensor, Tensor]:
-        log_probs = model(batch.inputs)
-        return smoothed_cross_entropy(
-            log_probs, batch.outputs, vocabulary.pad, smoothing
-        )
+    def teacher_forced(self, model: nn.Module, batch: Any) -> tuple[Tensor, Tensor]:
+        return model(batch.inputs), batch.outputs
 
     def group(self, index: int, source: Sequence[str], batch_size: int) -> int:
         return len(source)  # prompts of equal length: no left padding needed
@@ -309,26 +336,17 @@ class DecoderOnlyKind(_Generating):
         batch = collate_lm(examples, vocabulary)
         return IncrementalDecoder(model), batch.inputs[:, : batch.prompt_lengths[0]]
 
-    def attention_maps(
-        self,
-        model: nn.Module,
-        vocabulary: Vocabulary,
-        source: Sequence[str],
-        prediction: Sequence[str],
-    ) -> list[AttentionMap]:
-        batch = collate_lm([Example(tuple(source), tuple(prediction))], vocabulary)
-        labels = [*_labels(source), "<bos>", *_labels(prediction)]
-        _, weights = model(batch.inputs, need_weights=True)
-        return [
-            (f"causal self-attention, layer {i + 1}", w[0], labels, labels)
-            for i, w in enumerate(weights)
-        ]
+    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
+        return {"self": model(batch.inputs, need_weights=True)[1]}
 
 
 class _Classifying(ModelKind):
     """A kind that reads a whole review and answers one of :data:`LABELS`."""
 
     learns = "classify"
+
+    def example(self, source: Sequence[str], prediction: Sequence[str]) -> Example:
+        return Example(tuple(source), (LABELS[0],))  # any label: only read
 
     def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
         return collate_classify(examples, vocabulary, LABELS)
@@ -339,26 +357,17 @@ class _Classifying(ModelKind):
         logits = model(batch.source, batch.mask)
         return smoothed_cross_entropy(logits, batch.labels, -100, smoothing)
 
-    @torch.no_grad()
-    def decode(
-        self,
-        model: nn.Module,
-        vocabulary: Vocabulary,
-        sources: Sequence[Sequence[str]],
-        *,
-        batch_size: int = 256,
-        **options: Any,
-    ) -> list[tuple[str, ...]]:
+    def batch_decoder(
+        self, model: nn.Module, vocabulary: Vocabulary, **options: Any
+    ) -> Callable[[list[Example]], list[tuple[str, ...]]]:
         del options  # one label per source: nothing to search
-        model.eval()
-        out = []
-        for first in range(0, len(sources), batch_size):
-            chunk = sources[first : first + batch_size]
-            batch = self.collate([Example(tuple(s), (LABELS[0],)) for s in chunk],
-                                 vocabulary)  # fmt: skip
+
+        def decode_batch(examples: list[Example]) -> list[tuple[str, ...]]:
+            batch = self.collate(examples, vocabulary)
             best = model(batch.source, batch.mask).argmax(-1)  # allow-raw: best class
-            out += [(LABELS[i],) for i in best.tolist()]
-        return out
+            return [(LABELS[i],) for i in best.tolist()]
+
+        return decode_batch
 
 
 @register
@@ -366,24 +375,13 @@ class ClassifierKind(_Classifying):
     """A Transformer encoder, pooled, then a linear layer over the labels."""
 
     name = "classifier"
+    maps = (("self", "encoder self-attention", "source", "source"),)
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return TransformerClassifier(vocab, len(LABELS), config)
 
-    def attention_maps(
-        self,
-        model: nn.Module,
-        vocabulary: Vocabulary,
-        source: Sequence[str],
-        prediction: Sequence[str],
-    ) -> list[AttentionMap]:
-        batch = self.collate([Example(tuple(source), (LABELS[0],))], vocabulary)
-        _, weights = model(batch.source, batch.mask, need_weights=True)
-        labels = _labels(source)
-        return [
-            (f"encoder self-attention, layer {i + 1}", w[0], labels, labels)
-            for i, w in enumerate(weights)
-        ]
+    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
+        return {"self": model(batch.source, batch.mask, need_weights=True)[1]}
 
 
 @register
@@ -395,12 +393,3 @@ class BagOfWordsKind(_Classifying):
     def build(self, spec: dict[str, Any]) -> nn.Module:
         layer = spec["config"]["layer"]
         return BagOfWords(spec["vocab"], len(LABELS), layer)  # no positions to add
-
-    def attention_maps(
-        self,
-        model: nn.Module,
-        vocabulary: Vocabulary,
-        source: Sequence[str],
-        prediction: Sequence[str],
-    ) -> list[AttentionMap]:
-        return []  # no attention at all
