@@ -191,7 +191,7 @@ class _Progress:
         except ImportError as error:
             raise ImportError(
                 "the progress bar needs tqdm, which is in the `train` extra: "
-                "pip install 'named_transformer[train]' (or pass progress=False)"
+                "pip install -e '.[train]' in a clone (or pass progress=False)"
             ) from error
         self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
 
