@@ -51,7 +51,7 @@ DESCRIPTIONS = {
     "compiled": "torch.compile'd training step / nn.Transformer eager (1+1 layers, "
     "layer 256, hidden 1024, batch 16 × seq 64, dropout 0.0)",
     "smollm2": "SmolLM2-135M per decoded token, eager IncrementalDecoder / "
-    "transformers generate (32-token prompt, 32 new)",
+    "transformers generate (32-token prompt, 16 new)",
 }
 
 
@@ -85,9 +85,11 @@ def _mha() -> dict:
     return _ratio(
         {
             "named": lambda: ours(x, mask=causal).sum().backward(),
-            "torch": lambda: theirs(x, x, x, attn_mask=~causal, need_weights=False)[0]
-            .sum()
-            .backward(),
+            "torch": lambda: (
+                theirs(x, x, x, attn_mask=~causal, need_weights=False)[0]
+                .sum()
+                .backward()
+            ),
         },
         15,
     )
@@ -148,8 +150,9 @@ def _compiled() -> dict:
     named = step(compiled, adamw(ours), named_call)
     start = time.perf_counter()
     named()  # compiled here, outside the timing
-    result = _ratio({"named": named, "torch": step(theirs, adamw(theirs), torch_call)}, 10)
-    return {**result, "compile_s": time.perf_counter() - start}
+    seconds = time.perf_counter() - start
+    reference = step(theirs, adamw(theirs), torch_call)
+    return {**_ratio({"named": named, "torch": reference}, 10), "compile_s": seconds}
 
 
 def _cached() -> dict:
@@ -169,7 +172,9 @@ def _cached() -> dict:
     with torch.no_grad():
         return _ratio(
             {
-                "named": lambda: nt.greedy(nt.IncrementalDecoder(model), prompt, tokens),
+                "named": lambda: nt.greedy(
+                    nt.IncrementalDecoder(model), prompt, tokens
+                ),
                 "torch": lambda: nt.greedy(
                     _PyTorchCachedStep(model, tokens), prompt, tokens
                 ),
@@ -228,7 +233,7 @@ def _smollm2() -> dict:
         path.parent, gguf_file=path.name, dtype=torch.float32
     ).eval()
     named = nt.load_smollm2().model
-    prompt_length, new = 32, 32
+    prompt_length, new = 32, 16
     generator = torch.Generator().manual_seed(0)
     vocab = named.generator.table.shape[0]
     prompt = torch.randint(1, vocab, (1, prompt_length), generator=generator)
@@ -245,8 +250,8 @@ def _smollm2() -> dict:
     with torch.inference_mode():
         if ours(new).tolist() != reference(new).tolist():
             raise AssertionError("smollm2: greedy tokens differ")
-        first = _ratio({"named": lambda: ours(1), "hf": lambda: reference(1)}, 5, 1)
-        whole = _ratio({"named": lambda: ours(new), "hf": lambda: reference(new)}, 5, 1)
+        first = _ratio({"named": lambda: ours(1), "hf": lambda: reference(1)}, 4, 1)
+        whole = _ratio({"named": lambda: ours(new), "hf": lambda: reference(new)}, 4, 1)
     named_token = (whole["named_ms"] - first["named_ms"]) / (new - 1)
     their_token = (whole["reference_ms"] - first["reference_ms"]) / (new - 1)
     return {
@@ -262,8 +267,10 @@ def _cell_runs() -> dict:
         "train": [("train", _train)],
         "cached": [("cached", _cached)],
         "attention": [
-            (f"attention-{'mask' if masked else 'nomask'}-{seq}",
-             lambda seq=seq, masked=masked: _attention(seq, masked))
+            (
+                f"attention-{'mask' if masked else 'nomask'}-{seq}",
+                lambda seq=seq, masked=masked: _attention(seq, masked),
+            )
             for masked, seq in ((True, 256), (True, 1536), (False, 256), (False, 1024))
         ],  # fmt: skip
         "blockwise": [("blockwise", _blockwise)],
@@ -272,12 +279,14 @@ def _cell_runs() -> dict:
     }
 
 
-def child(cells: list[str]) -> None:
+def child(cells: list[str], threads: int | None) -> None:
     """Run ``cells`` against the package this interpreter imports; print one JSON."""
     import torch
 
     import named_transformer as nt
 
+    if threads is not None:
+        torch.set_num_threads(threads)
     torch.manual_seed(0)
     results = {"package": str(Path(nt.__file__).resolve().parent),
                "threads": torch.get_num_threads()}  # fmt: skip
@@ -293,11 +302,12 @@ def child(cells: list[str]) -> None:
 # The parent: rounds of fresh interpreters, alternating the checkouts.
 
 
-def _run(checkout: Path, cells: list[str], links: Path) -> dict:
+def _run(checkout: Path, cells: list[str], links: Path, threads: int | None) -> dict:
     env = {**os.environ, "PYTHONPATH": f"{links}{os.pathsep}{HERE.parent}",
            "TRANSFORMERS_VERBOSITY": "error", "TQDM_DISABLE": "1"}  # fmt: skip
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.versus", "--child", ",".join(cells)],
+        [sys.executable, "-m", "benchmarks.versus", "--child", ",".join(cells),
+         *([] if threads is None else ["--threads", str(threads)])],
         env=env, cwd=links, capture_output=True, text=True,
     )  # fmt: skip
     if out.returncode:
@@ -340,13 +350,16 @@ def main() -> None:
     parser.add_argument("--old", type=Path, help="the old checkout (repository root)")
     parser.add_argument("--new", type=Path, default=HERE.parent,
                         help="the new checkout (default: this one)")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cells", default=",".join(CELLS),
                         help=f"comma-separated, of {', '.join(CELLS)}")  # fmt: skip
+    parser.add_argument(
+        "--threads", type=int, help="torch's intra-op threads (default: torch's)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child.split(","))
+        child(args.child.split(","), args.threads)
         return
     if args.old is None:
         parser.error("--old is required")
@@ -368,7 +381,9 @@ def main() -> None:
         for round_ in range(args.rounds):
             order = ["old", "new"] if round_ % 2 == 0 else ["new", "old"]
             for which in order:
-                results[which].append(_run(checkouts[which], cells, links[which]))
+                results[which].append(
+                    _run(checkouts[which], cells, links[which], args.threads)
+                )
             print(f"round {round_ + 1}/{args.rounds} done, "
                   f"{time.perf_counter() - started:.0f} s, load {_load()}",
                   file=sys.stderr)  # fmt: skip
