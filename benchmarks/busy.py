@@ -1,7 +1,7 @@
-"""Benchmark 24: on a busy machine. Plain ``nt.attention``, ``MultiHeadAttention``, a
-training step and the cached decoding step, each against PyTorch's own, idle and with
-one competing process busy on one core; and the training recipe of ``train copy``,
-idle and busy.
+"""Benchmarks 24 and 25: on a busy machine. Plain ``nt.attention``,
+``MultiHeadAttention``, a training step and the cached decoding step, each against
+PyTorch's own, idle and with one competing process busy on one core; and the training
+recipe of ``train copy``, idle and busy.
 
     python -m benchmarks.busy [--quick]
 
@@ -167,7 +167,7 @@ def _recipe_seconds(steps: int, quick: bool) -> float:
 
 
 def tiny_recipe(quick: bool) -> str:
-    """24b. ``train copy``'s recipe (the tiny model) idle and with one busy process:
+    """25. ``train copy``'s recipe (the tiny model) idle and with one busy process:
     seconds per step, including building the data and the model and the final score
     on 8 items; at the thread count the workflow picks
     (:func:`~named_transformer.workflows.threads.suited_threads`) and at torch's
@@ -191,7 +191,7 @@ def tiny_recipe(quick: bool) -> str:
         rows.append([choice, f"{idle * 1e3:.1f}", f"{busy * 1e3:.1f}",
                      f"{busy / idle:.2f}"])  # fmt: skip
     return table(
-        f"24b. `train copy`'s recipe, idle and busy ({steps} steps, no evaluation; "
+        f"25. `train copy`'s recipe, idle and busy ({steps} steps, no evaluation; "
         f"{rounds} rounds, alternating)",
         ["threads", "idle ms / step", "busy ms / step", "busy / idle"],
         rows,
