@@ -29,9 +29,8 @@ import torch.nn.functional as F
 
 import named_transformer as nt
 from benchmarks.common import interleaved, table
-from benchmarks.decoding import _PyTorchCachedStep
+from benchmarks.decoding import _PyTorchCachedStep, decoding_config
 from benchmarks.modules import _attention_pair, _transformer_pair
-from named_transformer.models.config import TransformerConfig
 from named_transformer.models.language_model import LanguageModel
 
 
@@ -67,14 +66,7 @@ def _attention(seq: int):
 
 def _cached(quick: bool):
     tokens = 16 if quick else 128
-    config = TransformerConfig(
-        decoder_layers=2 if quick else 4,
-        layer=64 if quick else 256,
-        heads=4 if quick else 8,
-        hidden=128 if quick else 1024,
-        dropout=0.0,
-    )
-    model = LanguageModel(100, config).eval()
+    model = LanguageModel(100, decoding_config(quick)).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
 
     def named():
