@@ -113,7 +113,7 @@ def contention(quick: bool) -> str:
     """24. Each pair's named / PyTorch ratio idle and with one busy process, at one
     thread and at torch's default."""
     pairs = _pairs(quick)
-    rounds, repeats = (2, 1) if quick else (3, 3)
+    rounds, repeats = (1, 1) if quick else (3, 3)
     default = torch.get_num_threads()
     rows = []
     with nt.shape_checks(False):
@@ -165,7 +165,7 @@ def tiny_recipe(quick: bool) -> str:
     (:func:`~named_transformer.workflows.threads.suited_threads`) and at torch's
     default (what the workflow took in 0.9.0, here forced by ``OMP_NUM_THREADS``,
     which the workflow honours)."""
-    steps, rounds = (5, 2) if quick else (150, 3)
+    steps, rounds = (5, 1) if quick else (150, 3)
     default = torch.get_num_threads()
     choices = {"the workflow's choice": None, f"torch's default ({default})": default}
     seconds: dict[tuple[str, bool], list[float]] = {}
