@@ -4,9 +4,9 @@ PyTorch splits each large enough operation over its intra-op threads, one per co
 default, and every split ends at a barrier where the threads wait for each other. When
 another process wants a core, the OS takes it from one of those threads, and every
 operation then waits for that thread to be scheduled again: on a 2-core machine with
-one other busy process, a training step of the copy recipe took 3.4 times as long as
-idle with two threads, and about as long as idle with one (the Performance page's
-busy-machine table). Many small operations, a small model's whole step, suffer most;
+one other busy process, a training step of the copy recipe took 3.88 times as long as
+idle with two threads, and 1.26 times with one (the Performance page's busy-machine
+table). Many small operations, a small model's whole step, suffer most;
 and a second thread barely speeds them on an idle machine either.
 
 So a training run (:meth:`~named_transformer.workflows.training.Trainer.fit`) takes
