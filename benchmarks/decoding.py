@@ -154,6 +154,17 @@ def _rows(model, prompt, tokens: int, repeats: int, threads: int) -> list[list[o
     ]
 
 
+def decoding_config(quick: bool) -> TransformerConfig:
+    """The decoder-only model of tables 7 and 17 (and 24's cached step)."""
+    return TransformerConfig(
+        decoder_layers=2 if quick else 4,
+        layer=64 if quick else 256,
+        heads=4 if quick else 8,
+        hidden=128 if quick else 1024,
+        dropout=0.0,
+    )
+
+
 def kv_cache(quick: bool) -> str:
     """Greedy decoding of ``tokens`` new tokens from a 1-token prompt, checks off.
 
@@ -162,13 +173,7 @@ def kv_cache(quick: bool) -> str:
     of recomputation.
     """
     tokens, repeats = (16, 1) if quick else (256, 7)
-    config = TransformerConfig(
-        decoder_layers=2 if quick else 4,
-        layer=64 if quick else 256,
-        heads=4 if quick else 8,
-        hidden=128 if quick else 1024,
-        dropout=0.0,
-    )
+    config = decoding_config(quick)
     model = LanguageModel(100, config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
     rows, threads_before = [], torch.get_num_threads()
@@ -374,13 +379,7 @@ def step_breakdown(quick: bool) -> str:
     ``repeats`` by total time); the untimed totals and the ratios from decodings
     without timers (medians of ``repeats``), all of them interleaved."""
     tokens, repeats = (16, 1) if quick else (256, 7)
-    config = TransformerConfig(
-        decoder_layers=2 if quick else 4,
-        layer=64 if quick else 256,
-        heads=4 if quick else 8,
-        hidden=128 if quick else 1024,
-        dropout=0.0,
-    )
+    config = decoding_config(quick)
     torch.manual_seed(0)
     model = LanguageModel(100, config).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)

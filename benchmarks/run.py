@@ -18,6 +18,7 @@ import torch
 import named_transformer as nt
 from benchmarks import (
     attention_core,
+    busy,
     checks,
     decoding,
     inside,
@@ -71,6 +72,8 @@ def main() -> None:
     print(decoding.step_breakdown(args.quick))
     print(smollm2.smollm2(args.quick))
     print(checks.check_cost(args.quick))
+    print(busy.contention(args.quick))
+    print(busy.tiny_recipe(args.quick))
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
 
 

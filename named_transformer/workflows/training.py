@@ -44,6 +44,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from named_transformer.axes import checked
+from named_transformer.workflows.threads import with_suited_threads
 
 __all__ = [
     "CheckpointError",
@@ -386,6 +387,7 @@ class Trainer:
         self.step += 1
         return float(stats[0]) / tokens, tokens
 
+    @with_suited_threads  # one thread for a small model or on a busy machine
     def fit(self, until: int | None = None) -> list[Record]:
         """Train up to step ``until`` (default ``config.steps``); return the history.
 
