@@ -244,7 +244,9 @@ def head_scores(
 
 # --8<-- [start:icl_score]
 @checked
-def split_text(text: str, context: int) -> tuple[Int[Tensor, "..."], Int[Tensor, "..."]]:
+def split_text(
+    text: str, context: int
+) -> tuple[Int[Tensor, "..."], Int[Tensor, "..."]]:
     """The corpus's tokens (:func:`text_tokens`): the first 90% to train on, the last
     10% held out, as ``train text`` splits it (two lengths: ``...``)."""
     ids = text_tokens(text)
@@ -376,7 +378,8 @@ def _train(
             print(f"step {step}/{s.steps}  loss {curves.repeated_loss[-1]:.3f} "
                   f"(repeated half), {curves.text_loss[-1]:.3f} (text)  induction "
                   f"{curves.best_induction()[-1]:.2f}  ICL {curves.icl[-1]:+.2f}  "
-                  f"{curves.seconds[-1]:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+                  f"{curves.seconds[-1]:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
 
     evaluate(0)
     for step in range(1, s.steps + 1):
