@@ -6,7 +6,7 @@ Trains the default two-layer attention-only model and the one-layer control, the
 writes ``results.json`` (the curves of both, the ablations, the composition scores,
 the phase change and the times), the figures ``curves.png`` and ``attention.png``
 with the library's plotting code, and the trained two-layer model's weights
-``model.pt``, which the page's examples load.
+``model.pt``, which the page's examples and its live widget load.
 """
 
 from __future__ import annotations

@@ -464,6 +464,8 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     add("--out", help="output directory (default: runs/TASK)")
     add("--batch-size", type=int, default=recipe,
         help="examples per step (64; text: 32)")  # fmt: skip
+    add("--layers", type=int, choices=[1, 2],
+        help="induction: attention-only layers (2; 1 is the control)")  # fmt: skip
     add("--min-len", type=int, default=10, help="shortest digit sequence")
     add("--max-len", type=int, default=20, help="longest digit sequence")
     add("--train-size", type=int, default=50_000, help="training examples")

@@ -2,14 +2,16 @@ r"""Watch a circuit form: train a two-layer attention-only Transformer until an
 induction head appears, recording the heads' scores as it trains (Olsson et al. 2022,
 "In-context Learning and Induction Heads"; Elhage et al. 2021).
 
-The data are rows of random tokens in which one segment is repeated: its length
-(4 to half the context) and its place are drawn for every row, so that the only way
-to predict the copy is to look up what followed the current token the last time it
-appeared. A repeat at a fixed distance would be learned as that distance (a
-positional shortcut, not induction). Real text alone (``pydoc_data``) formed no
-induction head in this budget: the plateau before the phase change grows with the
-vocabulary and the context, and characters need both larger. So the recipe uses
-random tokens alone, 28 of them, 32 positions a row.
+The model reads characters: :data:`ALPHABET`, 28 symbols (:func:`encode`). Each
+training batch mixes two kinds of rows. Some are windows of real text (the corpus of
+``train text``: ``pydoc_data``'s help topics, or ``--corpus FILE``). The others are
+rows of random tokens in which one segment is repeated: its length (4 to half the
+context) and its place are drawn for every row, so that the only way to predict the
+copy is to look up what followed the current token the last time it appeared (a
+repeat at a fixed distance would be learned as that distance: a positional shortcut,
+not induction). Real text alone forms no induction head within the budget (the page
+gives the measurement): a repeat long enough to reward copying is rare in 32
+characters, while the bigrams and trigrams that a model learns first are everywhere.
 
 Every ``eval_every`` steps :func:`train_induction` records, with
 :func:`~named_transformer.recording.record` and the analyses of
@@ -20,7 +22,8 @@ Every ``eval_every`` steps :func:`train_induction` records, with
   not score as an induction head);
 - the loss on the repeated half of those sequences;
 - the in-context-learning score (Olsson et al.): the loss at late tokens (the
-  second half of a row) minus the loss at an early one, on held-out rows,
+  second half of a window) minus the loss at an early one, on held-out text (the
+  corpus's last 10%),
   $\text{ICL} = \bar\ell_{\text{late}} - \bar\ell_{\text{early}}$ (negative: the
   model predicts better with more context).
 """
@@ -49,23 +52,54 @@ from named_transformer.models.attention_only import (
     ov_circuit,
     qk_circuit,
 )
+from named_transformer.workflows.text import _windows, read_corpus
 
 __all__ = [
+    "ALPHABET",
     "InductionCurves",
     "InductionSettings",
     "ablation_effects",
     "composition_scores",
     "curves_figure",
+    "encode",
     "head_scores",
+    "held_out",
     "icl_score",
     "phase_change",
+    "position_losses",
     "repeated_segments",
+    "split_text",
+    "text_tokens",
     "token_losses",
     "train_induction",
     "train_induction_command",
 ]
 
 ATTENDED = "blocks.layers.{}.self_attention.attended"
+
+# --8<-- [start:encode]
+ALPHABET = "abcdefghijklmnopqrstuvwxyz ."
+"""The model's 28 tokens: token ``i`` is ``ALPHABET[i]``. Letters are lowercased,
+every whitespace is the space, and every other character is ``.``."""
+_TOKEN = {symbol: i for i, symbol in enumerate(ALPHABET)}
+
+
+@checked
+def encode(text: str) -> Int[Tensor, " seq"]:
+    """One token of :data:`ALPHABET` for every character of ``text``."""
+    space, other = _TOKEN[" "], _TOKEN["."]
+    ids = [_TOKEN.get(c.lower(), space if c.isspace() else other) for c in text]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+@checked
+def text_tokens(text: str) -> Int[Tensor, " seq"]:
+    """The corpus as the recipe reads it: every run of whitespace one space (the
+    help topics indent their code examples), then :func:`encode`."""
+    return encode(" ".join(text.split()))
+
+
+# --8<-- [end:encode]
 
 
 @contextlib.contextmanager
@@ -84,21 +118,24 @@ def _threads(count: int) -> Iterator[None]:
 @dataclass(frozen=True)
 class InductionSettings:
     """The recipe: a small vocabulary and context, so that the circuit forms in
-    minutes on a CPU (the plateau before it grows quickly with both)."""
+    minutes on a CPU (the plateau before it grows quickly with both); ``text_rows``
+    of every batch are windows of real text, the others repeated random segments."""
 
-    vocab: int = 28
+    vocab: int = len(ALPHABET)  # the random rows draw the first `vocab` symbols
     context: int = 32  # |seq| of a training row
     layers: int = 2
     layer: int = 32  # |layer|
     heads: int = 2
     rate: float = 1e-2  # AdamW's learning rate (no weight decay)
-    batch_size: int = 16
+    batch_size: int = 32
+    text_rows: int = 8  # of each batch: real text (0: random rows only)
     steps: int = 4000
     eval_every: int = 100
     shortest: int = 4  # the repeated segment's length: shortest ... context // 2
     periods: tuple[int, ...] = (7, 11, 16)  # of the repeated tokens scored
-    eval_rows: int = 32  # repeated sequences (each period) and held-out rows
-    early: int = 3  # the ICL score's early token (no repeat can reach it)
+    eval_rows: int = 32  # repeated sequences of each period scored
+    text_windows: int = 1024  # held-out text windows of the ICL score
+    early: int = 3  # the ICL score's early token, of a held-out text window
     seed: int = 0
     # torch's threads while training and scoring: the products are tiny, and on a
     # busy 2-core machine one thread took 30 ms a step where two took 500 to 900 ms
@@ -106,7 +143,8 @@ class InductionSettings:
 
     def __post_init__(self) -> None:
         for name in ("vocab", "context", "layers", "layer", "heads", "batch_size",
-                     "steps", "eval_every", "eval_rows", "threads"):  # fmt: skip
+                     "steps", "eval_every", "eval_rows", "text_windows",
+                     "threads"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 2 <= self.shortest <= self.context // 2:
@@ -119,9 +157,20 @@ class InductionSettings:
                 f"periods {self.periods}: two copies of each must fit in the "
                 f"context of {self.context}"
             )
-        if not 1 <= self.early < self.shortest:
+        if not 1 <= self.early < self.context // 2:
             raise ValueError(
-                f"early={self.early} must be in 1 … shortest - 1, before any copy"
+                f"early={self.early} must be in 1 … context // 2 - 1, before the "
+                "late half"
+            )
+        if not 0 <= self.text_rows <= self.batch_size:
+            raise ValueError(
+                f"text_rows={self.text_rows} must be in 0 … batch_size "
+                f"({self.batch_size})"
+            )
+        if not 2 <= self.vocab <= len(ALPHABET):
+            raise ValueError(
+                f"vocab={self.vocab} must be in 2 … {len(ALPHABET)}: the random rows "
+                "draw from the first vocab symbols of ALPHABET"
             )
 
 
@@ -195,30 +244,50 @@ def head_scores(
 
 # --8<-- [start:icl_score]
 @checked
-def held_out(settings: InductionSettings) -> Int[Tensor, "batch seq"]:
-    """Rows the model never trains on (a generator of their own)."""
-    generator = torch.Generator().manual_seed(10_000 + settings.seed)
-    return repeated_segments(settings.vocab, settings.context, 4 * settings.eval_rows,
-                             generator, settings.shortest)  # fmt: skip
+def split_text(
+    text: str, context: int
+) -> tuple[Int[Tensor, "..."], Int[Tensor, "..."]]:
+    """The corpus's tokens (:func:`text_tokens`): the first 90% to train on, the last
+    10% held out, as ``train text`` splits it (two lengths: ``...``)."""
+    ids = text_tokens(text)
+    cut = int(0.9 * len(ids))
+    if len(ids) - cut <= context + 1:
+        raise ValueError(
+            f"the corpus has {len(ids):,} tokens: its held-out 10% is shorter than "
+            f"one window of {context + 1}"
+        )
+    return ids[:cut], ids[cut:]
 
 
 @checked
-def icl_score(
-    model: AttentionOnlyModel, rows: Int[Tensor, "batch seq"], early: int,
-    edits: Mapping[str, inside.Edit] | None = None,
-) -> float:  # fmt: skip
-    r"""The mean loss on the tokens of the second half of ``rows`` minus the loss on
-    token ``early`` (Olsson et al.'s in-context-learning score, late minus early;
-    negative: later tokens are predicted better, from what the row said before).
+def held_out(
+    ids: Int[Tensor, "..."], settings: InductionSettings
+) -> tuple[Int[Tensor, "batch seq"], Int[Tensor, "batch seq"]]:
+    """``text_windows`` evenly spaced windows of the held-out text ``ids`` (a length
+    of its own: ``...``): their inputs and next tokens."""
+    last = len(ids) - settings.context - 1
+    starts = torch.linspace(0, last, min(settings.text_windows, last + 1)).long()
+    return _windows(ids, starts, settings.context)
 
-    The late tokens are a half rather than the last one: a row's copy ends anywhere,
-    so the last token is seldom in it, while most copies cover some of the second
-    half."""
+
+@checked
+def position_losses(
+    model: AttentionOnlyModel, inputs: Int[Tensor, "batch seq"],
+    targets: Int[Tensor, "batch seq"], edits: Mapping[str, inside.Edit] | None = None,
+) -> Float[Tensor, " seq"]:  # fmt: skip
+    """The mean loss at every position of the windows ``inputs`` (nats)."""
     with torch.no_grad(), inside.edit(model, edits or {}):
-        losses = token_losses(model(rows[:, :-1]), rows[:, 1:])
-    mean = reduce(losses, "batch seq -> seq", "mean")
-    late = mean[len(mean) // 2 :]
-    return float(late.mean() - mean[early - 1])
+        losses = token_losses(model(inputs), targets)
+    return reduce(losses, "batch seq -> seq", "mean")
+
+
+@checked
+def icl_score(losses: Float[Tensor, " seq"], early: int) -> float:
+    r"""The mean of the position ``losses`` over the second half of the window minus
+    the loss at token ``early`` (Olsson et al.'s in-context-learning score, late
+    minus early; negative: later tokens are predicted better, from what the window
+    said before)."""
+    return float(losses[len(losses) // 2 :].mean() - losses[early - 1])
 
 
 # --8<-- [end:icl_score]
@@ -235,7 +304,8 @@ class InductionCurves:
     seconds: list[float] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
     repeated_loss: list[float] = field(default_factory=list)
-    icl: list[float] = field(default_factory=list)
+    text_loss: list[float] = field(default_factory=list)  # held-out text, nats/char
+    icl: list[float] = field(default_factory=list)  # on the held-out text
     induction: list[list[list[float]]] = field(default_factory=list)
     previous: list[list[list[float]]] = field(default_factory=list)
 
@@ -253,50 +323,68 @@ class InductionCurves:
 # --8<-- [start:train_induction]
 @checked
 def train_induction(
-    settings: InductionSettings | None = None, *, progress: bool = True
+    settings: InductionSettings | None = None, *, text: str | None = None,
+    progress: bool = True,
 ) -> tuple[
     AttentionOnlyModel, InductionCurves, list[Float[Tensor, "heads seq_q seq"]]
-]:
-    """Train the attention-only model on :func:`repeated_segments`; return it, its
-    curves, and its attention weights on one repeated sequence before training
-    (``layers`` tensors ``heads seq_q seq``), for the before-and-after maps."""
+]:  # fmt: skip
+    """Train the attention-only model on batches of ``text`` (the default corpus for
+    None) and :func:`repeated_segments`; return it, its curves, and its attention
+    weights on one repeated sequence before training (``layers`` tensors
+    ``heads seq_q seq``), for the before-and-after maps."""
     s = settings or InductionSettings()
+    corpus = split_text(read_corpus(None) if text is None else text, s.context)
     with _threads(s.threads):
-        return _train(s, progress)
+        return _train(s, corpus, progress)
+
+
+def _batch(
+    s: InductionSettings, corpus: Tensor, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """One step's inputs and next tokens: ``text_rows`` windows of the corpus at
+    random places, the other rows :func:`repeated_segments`."""
+    rows = repeated_segments(s.vocab, s.context, s.batch_size - s.text_rows,
+                             generator, s.shortest)  # fmt: skip
+    starts = torch.randint(0, len(corpus) - s.context, (s.text_rows,),
+                           generator=generator)  # fmt: skip
+    inputs, targets = _windows(corpus, starts, s.context)
+    return (torch.cat([rows[:, :-1], inputs]), torch.cat([rows[:, 1:], targets]))
 
 
 def _train(
-    s: InductionSettings, progress: bool
+    s: InductionSettings, corpus: tuple[Tensor, Tensor], progress: bool
 ) -> tuple[AttentionOnlyModel, InductionCurves, list[Tensor]]:
     torch.manual_seed(s.seed)
-    model = AttentionOnlyModel(s.vocab, s.layers, s.layer, s.heads)
+    model = AttentionOnlyModel(len(ALPHABET), s.layers, s.layer, s.heads)
     optimizer = torch.optim.AdamW(model.parameters(), lr=s.rate, weight_decay=0.0)
     generator = torch.Generator().manual_seed(s.seed + 1)
-    rows, curves = held_out(s), InductionCurves(asdict(s))
+    windows, curves = held_out(corpus[1], s), InductionCurves(asdict(s))
     before = example_weights(model, s)
     start, losses = time.perf_counter(), []
 
     def evaluate(step: int) -> None:
         scores = head_scores(model, s)
+        text = position_losses(model, *windows)
         curves.step.append(step)
         curves.seconds.append(round(time.perf_counter() - start, 2))
         curves.train_loss.append(sum(losses) / len(losses) if losses else None)
         curves.repeated_loss.append(scores["repeated_loss"])
-        curves.icl.append(icl_score(model, rows, s.early))
+        curves.text_loss.append(float(text.mean()))
+        curves.icl.append(icl_score(text, s.early))
         curves.induction.append(scores["induction"])
         curves.previous.append(scores["previous"])
         losses.clear()
         if progress:
             print(f"step {step}/{s.steps}  loss {curves.repeated_loss[-1]:.3f} "
-                  f"(repeated half)  induction {curves.best_induction()[-1]:.2f}  "
-                  f"ICL {curves.icl[-1]:+.2f}  {curves.seconds[-1]:.0f} s",
+                  f"(repeated half), {curves.text_loss[-1]:.3f} (text)  induction "
+                  f"{curves.best_induction()[-1]:.2f}  ICL {curves.icl[-1]:+.2f}  "
+                  f"{curves.seconds[-1]:.0f} s",
                   file=sys.stderr, flush=True)  # fmt: skip
 
     evaluate(0)
     for step in range(1, s.steps + 1):
-        batch = repeated_segments(s.vocab, s.context, s.batch_size, generator,
-                                  s.shortest)  # fmt: skip
-        loss = token_losses(model(batch[:, :-1]), batch[:, 1:]).mean()
+        inputs, targets = _batch(s, corpus[0], generator)
+        loss = token_losses(model(inputs), targets).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -366,22 +454,26 @@ def composition_scores(model: AttentionOnlyModel) -> list[list[float]]:
 
 # --8<-- [start:ablation_effects]
 def ablation_effects(
-    model: AttentionOnlyModel, settings: InductionSettings
+    model: AttentionOnlyModel, settings: InductionSettings, text: str | None = None
 ) -> list[dict[str, Any]]:
     """Every head zeroed in turn (its output $Y_h$, ``attended``): the heads'
-    induction scores and the ICL score without it, after a row with none zeroed."""
-    rows = held_out(settings)
+    induction scores, the loss and the ICL score on the held-out part of ``text``
+    (the default corpus for None) without it, after a row with none zeroed."""
+    ids = split_text(read_corpus(None) if text is None else text, settings.context)
+    windows = held_out(ids[1], settings)
     runs: list[tuple[str, dict[str, inside.Edit]]] = [("none", {})]
     for layer, block in enumerate(model.blocks.layers):
         for head in range(block.self_attention.heads):
             ablated = {ATTENDED.format(layer): inside.ablate("heads", head)}
             runs.append((f"{layer}.{head}", ablated))
     with _threads(settings.threads):
-        return [
-            {"ablated": name, **head_scores(model, settings, edits),
-             "icl": icl_score(model, rows, settings.early, edits)}
-            for name, edits in runs
-        ]  # fmt: skip
+        rows = []
+        for name, edits in runs:
+            losses = position_losses(model, *windows, edits)
+            rows.append({"ablated": name, **head_scores(model, settings, edits),
+                         "text_loss": float(losses.mean()),
+                         "icl": icl_score(losses, settings.early)})  # fmt: skip
+        return rows
 
 
 # --8<-- [end:ablation_effects]
@@ -431,21 +523,25 @@ def curves_figure(
 
 def train_induction_command(args: Any) -> int:
     """``python -m named_transformer train induction``: train the recipe (``--steps``,
-    ``--seed``, ``--eval-every``, ``--batch-size`` over its defaults), then write
-    ``curves.json``, ``model.pt`` and ``curves.png`` to ``--out``."""
+    ``--seed``, ``--eval-every``, ``--batch-size``, ``--layers`` over its defaults)
+    on ``--corpus`` (``train text``'s, pydoc_data's help topics by default), then
+    write ``curves.json``, ``model.pt`` and ``curves.png`` to ``--out``."""
     given = {name: getattr(args, name) for name in
-             ("steps", "seed", "eval_every", "batch_size")
+             ("steps", "seed", "eval_every", "batch_size", "layers")
              if getattr(args, name, None) is not None}  # fmt: skip
     settings = InductionSettings(**given)
+    text = read_corpus(getattr(args, "corpus", None), settings.context)
     out = Path(args.out or Path("runs") / "induction")
-    model, curves, _ = train_induction(settings, progress=not args.no_progress)
+    model, curves, _ = train_induction(settings, text=text,
+                                       progress=not args.no_progress)  # fmt: skip
     phase = phase_change(curves.step, curves.best_induction())
     out.mkdir(parents=True, exist_ok=True)
     run = {**curves.to_json(), "phase_change": phase}
     (out / "curves.json").write_text(json.dumps(run) + "\n")
     torch.save(model.state_dict(), out / "model.pt")
     seen = "none visible" if phase is None else f"steps {phase[0]} to {phase[1]}"
-    print(f"trained {settings.layers} attention-only layers for {settings.steps} "
+    layers = f"{settings.layers} attention-only layer" + "s" * (settings.layers > 1)
+    print(f"trained {layers} for {settings.steps} "
           f"steps in {curves.seconds[-1]:.0f} s: best layer-{settings.layers - 1} "
           f"induction score {curves.best_induction()[-1]:.2f}, ICL score "
           f"{curves.icl[-1]:+.2f} nats; phase change: {seen}; curves: "
