@@ -30,11 +30,10 @@ Every ``eval_every`` steps :func:`train_induction` records, with
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ from named_transformer.models.attention_only import (
     qk_circuit,
 )
 from named_transformer.workflows.text import _windows, read_corpus
+from named_transformer.workflows.threads import threads
 
 __all__ = [
     "ALPHABET",
@@ -100,18 +100,6 @@ def text_tokens(text: str) -> Int[Tensor, " seq"]:
 
 
 # --8<-- [end:encode]
-
-
-@contextlib.contextmanager
-def _threads(count: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``count`` for the block (see
-    ``InductionSettings.threads``), then put back."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # --8<-- [start:InductionSettings]
@@ -219,7 +207,7 @@ def head_scores(
     over ``settings.periods``) and the loss on the repeated half, with ``edits``
     applied (:func:`~named_transformer.recording.ablate`)."""
     induction, previous, repeated = [], [], []
-    with _threads(settings.threads), torch.no_grad(), inside.edit(model, edits or {}):
+    with threads(settings.threads), torch.no_grad(), inside.edit(model, edits or {}):
         for period in settings.periods:
             tokens = inside.repeated_tokens(
                 settings.vocab, period, settings.eval_rows, seed=period
@@ -334,7 +322,7 @@ def train_induction(
     ``heads seq_q seq``), for the before-and-after maps."""
     s = settings or InductionSettings()
     corpus = split_text(read_corpus(None) if text is None else text, s.context)
-    with _threads(s.threads):
+    with threads(s.threads):
         return _train(s, corpus, progress)
 
 
@@ -436,7 +424,7 @@ def composition_scores(model: AttentionOnlyModel) -> list[list[float]]:
     ``scores[h1][h0]``."""
     first = model.blocks.layers[0].self_attention
     second = model.blocks.layers[1].self_attention
-    with _threads(1), torch.no_grad():
+    with threads(1), torch.no_grad():
         return [
             [
                 float(composition_score(
@@ -466,7 +454,7 @@ def ablation_effects(
         for head in range(block.self_attention.heads):
             ablated = {ATTENDED.format(layer): inside.ablate("heads", head)}
             runs.append((f"{layer}.{head}", ablated))
-    with _threads(settings.threads):
+    with threads(settings.threads):
         rows = []
         for name, edits in runs:
             losses = position_losses(model, *windows, edits)
