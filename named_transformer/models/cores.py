@@ -58,6 +58,9 @@ class Core:
     returns_weights = False
     #: True when it can add a value term $U(A)$, which reads the weights
     takes_value_terms = False
+    #: True when it takes keys and values with fewer heads than the queries as they
+    #: are; else the pipeline splits the query heads into groups for it
+    groups_heads = False
 
     def __call__(
         self,
@@ -114,9 +117,11 @@ class Blockwise(Core):
 
 
 class Fused(Core):
-    """PyTorch's fused ``scaled_dot_product_attention``."""
+    """PyTorch's fused ``scaled_dot_product_attention``; grouped heads go to the
+    kernel as they are (``enable_gqa``)."""
 
     name = "fused"
+    groups_heads = True
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
         outputs = fused_attention(

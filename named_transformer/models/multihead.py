@@ -64,6 +64,7 @@ from torch import Tensor, nn
 from named_transformer.axes import _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.core import fast
+from named_transformer.core.attention import check_groups
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 from named_transformer.models.attention_weights import AttentionWeights
@@ -416,13 +417,14 @@ def attend_projected(
     # --8<-- [start:grouping]
     kv_heads = keys.shape[-3]
     grouped = kv_heads != queries.shape[-3]
+    if session is not None and (session.wants("scores") or session.wants("weights")):
+        core = _TappedCore(kv_heads if grouped else None)
+    grouped = grouped and not core.groups_heads  # else the core groups them itself
     if grouped:
         queries = _split_groups(queries, kv_heads)
         keys, values = _share_over_group(keys), _share_over_group(values)
         mask = None if mask is None else _share_over_group(mask)
         bias = None if bias is None else _split_groups(bias, kv_heads)
-    if session is not None and (session.wants("scores") or session.wants("weights")):
-        core = _TappedCore(kv_heads if grouped else None)
     outputs, weights = core(queries, keys, values, mask, bias, dropout, value_term)
     if grouped:
         outputs = _merge_groups(outputs)
@@ -616,11 +618,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         kv_heads = heads if kv_heads is None else kv_heads
-        if kv_heads < 1 or heads % kv_heads != 0:
-            raise ValueError(
-                f"kv_heads={kv_heads} must divide heads={heads}: each key/value head "
-                "serves a group of heads / kv_heads query heads"
-            )
+        check_groups(heads, kv_heads)
         self.kv_heads = kv_heads  # = heads: multi-head; 1: multi-query
         self.core = _core_option(fused, block, materialise)
         self.block = block
