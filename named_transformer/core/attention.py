@@ -39,7 +39,7 @@ from torch import Tensor
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.core import fast
-from named_transformer.core.blockwise import automatic_block, blockwise_attention
+from named_transformer.core.blockwise import AUTOMATIC_RULE, blockwise_attention
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 
@@ -122,15 +122,14 @@ def attention(
     ``scaled_dot_product_attention``). A query row with no allowed key returns zeros
     (and zero gradient), never NaN.
 
-    Long sequences (:func:`~named_transformer.core.blockwise.automatic_block`) go
-    to :func:`~named_transformer.core.blockwise.blockwise_attention`: the same
-    function, without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory.
+    Long sequences go to
+    :func:`~named_transformer.core.blockwise.blockwise_attention`: the same function,
+    without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory, by the rule
+    the modules' automatic core asks too
+    (:data:`~named_transformer.core.blockwise.AUTOMATIC_RULE`).
     ``attend(attention_weights(...), values)`` always materialises.
     """
-    block = automatic_block(
-        queries.shape[-2], keys.shape[-2], device=queries.device,
-        all_tiles=fast.computes_every_tile(mask),
-    )  # fmt: skip
+    block = AUTOMATIC_RULE.block(queries, keys, mask)  # None: materialise
     if block is not None:  # the same function, a block of scores at a time
         return blockwise_attention(
             queries, keys, values, mask, block, score_bias=score_bias

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from named_transformer.core import fast
 from named_transformer.core.attention import attend, attention_weights, fused_attention
 from named_transformer.core.blockwise import (
-    automatic_block,
+    AUTOMATIC_RULE,
     blockwise_attention,
     check_block,
 )
@@ -139,7 +138,8 @@ FUSED = Fused()
 class Automatic(Core):
     """The core chosen for each call by its sizes and its mask: materialising for
     short sequences, :class:`Blockwise` for long ones
-    (:func:`~named_transformer.core.blockwise.automatic_block`, the one rule).
+    (:data:`~named_transformer.core.blockwise.AUTOMATIC_RULE`, the one rule, which
+    ``nt.attention`` asks too).
     With a value term, or under dropout, it materialises."""
 
     name = "automatic"
@@ -154,10 +154,9 @@ class Automatic(Core):
         mask: Tensor | None = None,
     ) -> Core:
         """The core this call runs on."""
-        block = automatic_block(
-            queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term,
-            device=queries.device, all_tiles=fast.computes_every_tile(mask),
-        )  # fmt: skip
+        block = AUTOMATIC_RULE.block(
+            queries, keys, mask, dropout=dropout, value_term=value_term
+        )
         return MATERIALISE if block is None else Blockwise(block)
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
