@@ -251,8 +251,37 @@ def _tapped(heads: Heads) -> Heads:
     )
 
 
+def _project_qkv_stacked(
+    inputs: Tensor,
+    memory: Tensor,
+    weights: AttentionWeights,
+    *,
+    values_from: Tensor | None = None,
+) -> Heads:
+    """:func:`project_qkv` computed faster (a test checks the two equal): in
+    self-attention (``memory`` *is* ``inputs``, keys and values as wide as queries)
+    while a gradient is recorded, the three projections are one product with the
+    stacked $W_{qkv}$ (:func:`stacked_projection`): the same numbers, one larger
+    multiplication, whose backward pass is faster than three. Without a gradient it
+    makes the equation's three products: where a projection's input is smaller than
+    its weight the library's ``einsum`` reads the weight as it lies, where stacking
+    would copy all three on every call."""
+    projections = (weights.w_q, weights.w_k, weights.w_v,
+                   weights.b_q, weights.b_k, weights.b_v)  # fmt: skip
+    self_attention = memory is inputs and values_from in (None, inputs)
+    stack = self_attention and weights.stackable
+    if not (stack and _records_gradient(inputs, *projections)):
+        return project_qkv.equation(inputs, memory, weights, values_from=values_from)
+    w_qkv, b_qkv = stacked_weights(weights)
+    projected = stacked_projection(
+        inputs, w_qkv, weights.w_q.shape[0], b_qkv, kv_heads=weights.w_k.shape[0]
+    )
+    return _tapped(Heads(*projected))
+
+
 # --8<-- [start:project_qkv]
 @checked
+@fast.stand_in(_project_qkv_stacked)
 def project_qkv(
     inputs: Float[Tensor, "*batch seq_q layer"],
     memory: Float[Tensor, "*batch seq memory"],
@@ -264,38 +293,24 @@ def project_qkv(
     $V = W^V \ndot{memory_v} X_v$.
 
     The values come from the memory, $X_v = X_m$, unless ``values_from`` gives a
-    source of their own (PyTorch's ``vdim`` beside ``kdim``). In self-attention
-    (``memory`` *is* ``inputs``, keys and values as wide as queries) while a gradient
-    is recorded, the three projections are one product with the stacked $W_{qkv}$
-    (:func:`stacked_projection`): the same numbers, one larger multiplication, whose
-    backward pass is faster than three. Without a gradient it makes three products
-    (:func:`project_heads`): where a projection's input is smaller than its weight
-    ($|\mathsf{batch}| \cdot |\mathsf{seq}| < |\mathsf{heads}| \cdot |\mathsf{key}|$)
-    the library's ``einsum`` reads the weight as it lies, where stacking would copy
-    all three on every call.
+    source of their own (PyTorch's ``vdim`` beside ``kdim``). In self-attention while
+    a gradient is recorded, the three products are computed as one with the stacked
+    $W_{qkv}$ (:func:`stacked_projection`, the same numbers; ``tests/test_fast.py``
+    checks it).
     """
     weights.check(inputs, memory, values_from)
-    w_q, w_k, w_v = weights.w_q, weights.w_k, weights.w_v
     if values_from is None:
-        if w_v.shape[-2] != memory.shape[-1]:
+        if weights.w_v.shape[-2] != memory.shape[-1]:
             raise TypeCheckError(
-                f"parameter 'w_v' reads {w_v.shape[-2]} features (axis "
+                f"parameter 'w_v' reads {weights.w_v.shape[-2]} features (axis "
                 f"'value_memory') but the values come from 'memory', "
                 f"{memory.shape[-1]} wide: pass values_from"
             )
         values_from = memory
-    projections = (w_q, w_k, w_v, weights.b_q, weights.b_k, weights.b_v)
-    recording = _records_gradient(inputs, *projections)
-    if recording and memory is inputs and values_from is inputs and weights.stackable:
-        w_qkv, b_qkv = stacked_weights(weights)
-        projected = stacked_projection(
-            inputs, w_qkv, w_q.shape[0], b_qkv, kv_heads=w_k.shape[0]
-        )
-        return _tapped(Heads(*projected))
     return _tapped(Heads(
-        project_heads(inputs, w_q, weights.b_q),
-        project_heads(memory, w_k, weights.b_k),
-        project_heads(values_from, w_v, weights.b_v),
+        project_heads(inputs, weights.w_q, weights.b_q),
+        project_heads(memory, weights.w_k, weights.b_k),
+        project_heads(values_from, weights.w_v, weights.b_v),
     ))  # fmt: skip
 
 
