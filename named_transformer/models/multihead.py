@@ -272,6 +272,7 @@ def _project_qkv_stacked(
     stack = self_attention and weights.stackable
     if not (stack and _records_gradient(inputs, *projections)):
         return project_qkv.equation(inputs, memory, weights, values_from=values_from)
+    weights.check(inputs, memory, values_from)  # as the equation: axes bound first
     w_qkv, b_qkv = stacked_weights(weights)
     projected = stacked_projection(
         inputs, w_qkv, weights.w_q.shape[0], b_qkv, kv_heads=weights.w_k.shape[0]
