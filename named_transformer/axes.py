@@ -81,6 +81,10 @@ AXES: dict[str, Axis] = {
     "group": Axis(
         r"\mathsf{group}", "query heads sharing one key/value head: heads / kv_heads"
     ),
+    "kv_batch": Axis(
+        r"\mathsf{batch}",
+        "the keys' and values' leading axes: the queries', or kv_heads for heads",
+    ),
     "hidden": Axis(
         r"\mathsf{hidden}", "feed-forward width; the state of an RNN (§4.2)"
     ),

@@ -42,6 +42,23 @@ def _cases(seed: int, dtype=torch.float64):
                          generator=torch.Generator().manual_seed(seed + 1))  # fmt: skip
     inputs = torch.randn(2, SEQ_Q, LAYER, dtype=dtype,
                          generator=torch.Generator().manual_seed(seed + 2))  # fmt: skip
+    generator = torch.Generator().manual_seed(seed + 3)
+
+    def weight(*shape):
+        return torch.randn(*shape, dtype=dtype, generator=generator)
+
+    # W^Q, W^K, W^V, b^Q, b^K, b^V of 3 heads 2 wide (stackable), and of 1 key/value
+    # head (grouped); W^O, which the projection does not read, stays out
+    projections = (weight(3, LAYER, 2), weight(3, LAYER, 2), weight(3, LAYER, 2),
+                   weight(3, 2), weight(3, 2), weight(3, 2))  # fmt: skip
+    grouped_projections = (weight(3, LAYER, 2), weight(1, LAYER, 2),
+                           weight(1, LAYER, 2), weight(3, 2), weight(1, 2),
+                           weight(1, 2))  # fmt: skip
+    w_o = weight(3, 2, LAYER)
+
+    def heads_of(x, w_q, w_k, w_v, b_q, b_k, b_v):
+        return x, x, nt.AttentionWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v)
+
     return {
         "softmax": (nt.softmax, (scores,), lambda s: (s,)),
         "softmax, mask": (nt.softmax, (scores,), lambda s: (s, mask)),
@@ -59,16 +76,27 @@ def _cases(seed: int, dtype=torch.float64):
             nt.attention_weights, (queries, keys, bias),
             lambda q, k, b: (q, k, mask, {"score_bias": b}),
         ),
+        "project_qkv": (
+            nt.project_qkv, (inputs, *projections), heads_of,
+        ),
+        "project_qkv, grouped": (
+            nt.project_qkv, (inputs, *grouped_projections), heads_of,
+        ),
         "standardize": (nt.standardize, (inputs,), lambda x: (x,)),
         "relu": (nt.relu, (inputs,), lambda x: (x,)),
     }  # fmt: skip
 
 
 def _call(function, arguments):
-    """``arguments``, the last a dict of keywords where it is one."""
+    """``arguments``, the last a dict of keywords where it is one; a tuple of tensors
+    (the projected heads) as one flat tensor."""
     if arguments and isinstance(arguments[-1], dict):
-        return function(*arguments[:-1], **arguments[-1])
-    return function(*arguments)
+        result = function(*arguments[:-1], **arguments[-1])
+    else:
+        result = function(*arguments)
+    if isinstance(result, tuple):
+        return torch.cat([part.flatten() for part in result])
+    return result
 
 
 CASES = list(_cases(0))
@@ -136,7 +164,8 @@ def test_under_autocast(case):
 
 
 @pytest.mark.parametrize(
-    "case", ["softmax, mask", "weights, mask and bias", "standardize", "relu"]
+    "case",
+    ["softmax, mask", "weights, mask and bias", "project_qkv", "standardize", "relu"],
 )
 def test_compiled(case):
     """Compiled (values and gradients): the graph traces the fast function."""

@@ -16,17 +16,12 @@ from hypothesis import strategies as st
 from jaxtyping import TypeCheckError
 
 import named_transformer as nt
+from named_transformer.core.attention import fused_attention
 from named_transformer.decoding import IncrementalDecoder, beam_search, greedy
 from named_transformer.decoding.compiled import CompiledDecoder
 from named_transformer.interop.pytorch import from_torch, to_torch
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.grouped import (
-    fused_grouped_attention,
-    group_queries,
-    grouped_attend,
-    grouped_attention,
-    grouped_attention_weights,
-)
+from named_transformer.models.grouped import group_queries, grouped_attention
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import MultiHeadAttention, stacked_weights
 from named_transformer.models.transformer import Transformer
@@ -69,18 +64,16 @@ def test_grouped_attention_equals_repeated_keys_and_values_and_sdpa(kv_heads, ma
     q, k, v = qkv(kv_heads)
     mask = MASK if masked else None
     bias = torch.randn(B, SEQ_Q, SEQ, dtype=D)
-    expected, expected_weights = reference_attention(q, k, v, mask, bias)
+    expected, _ = reference_attention(q, k, v, mask, bias)
     ours = grouped_attention(q, k, v, mask, score_bias=bias)
-    weights = grouped_attention_weights(q, k, mask, score_bias=bias)
     torch.testing.assert_close(ours, expected, atol=1e-12, rtol=0)
-    torch.testing.assert_close(weights, expected_weights, atol=1e-12, rtol=0)
-    torch.testing.assert_close(grouped_attend(weights, v), expected, atol=1e-12, rtol=0)
     sdpa_mask = bias if mask is None else bias.masked_fill(~mask, -torch.inf)
     sdpa = F.scaled_dot_product_attention(
         q, k, v, attn_mask=sdpa_mask.unsqueeze(1), enable_gqa=True
     )
     torch.testing.assert_close(ours, sdpa, atol=1e-12, rtol=0)
-    fused = fused_grouped_attention(q, k, v, mask, score_bias=bias)
+    over_heads = None if mask is None else mask.unsqueeze(1)  # shared by the heads
+    fused = fused_attention(q, k, v, over_heads, score_bias=bias.unsqueeze(1))
     torch.testing.assert_close(fused, sdpa, atol=1e-12, rtol=0)
 
 
@@ -101,8 +94,8 @@ def test_fully_masked_rows_give_zeros_not_nan_named_and_fused():
     q, k, v = qkv(2)
     mask = MASK.clone()
     mask[1, 2] = False  # query 2 of row 1 may attend nothing
-    for function in (grouped_attention, fused_grouped_attention):
-        out = function(q, k, v, mask)
+    fused = fused_attention(q, k, v, mask[:, None])  # the mask lifted over the heads
+    for out in (grouped_attention(q, k, v, mask), fused):
         assert torch.isfinite(out).all()
         assert (out[1, :, 2] == 0).all()
 
@@ -194,6 +187,27 @@ def test_fused_option_equals_the_named_path_values_and_gradients(kv_heads):
     torch.testing.assert_close(weights, expected)
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2, 3])
+@pytest.mark.parametrize("positions", ["none", "alibi", "rotary"])
+def test_the_fused_core_takes_grouped_heads_as_they_are(kv_heads, positions):
+    """The fused core hands heads and kv_heads to the kernel (enable_gqa, no split):
+    equal to the materialising core's split, values and gradients, causal and padded
+    masks, a fully masked row, a per-head score term (ALiBi)."""
+    scheme = {"none": nt.PositionScheme(), "alibi": nt.ALiBi(), "rotary": nt.Rotary()}
+    named = module(kv_heads, materialise=True, positions=scheme[positions])
+    fused = module(kv_heads, fused=True, positions=scheme[positions])
+    fused.load_state_dict(named.state_dict())
+    inputs = torch.randn(B, SEQ, LAYER, dtype=D, requires_grad=True)
+    mask = nt.causal_mask(SEQ) & MASK[:, :1, :]
+    mask[1, 3] = False  # a query with no key: zeros, zero gradient
+    a, b = named(inputs, mask=mask), fused(inputs, mask=mask)
+    torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    ga = torch.autograd.grad(a.square().sum(), [inputs, *named.parameters()])
+    gb = torch.autograd.grad(b.square().sum(), [inputs, *fused.parameters()])
+    for x, y in zip(ga, gb, strict=True):
+        torch.testing.assert_close(x, y, atol=1e-10, rtol=0)
+
+
 def test_functional_forms_agree():
     m = module(3)
     inputs = torch.randn(B, SEQ, LAYER, dtype=D)
@@ -220,9 +234,9 @@ def test_kv_heads_must_divide_heads():
     with pytest.raises(ValueError, match=r"kv_heads=4 must divide heads=6"):
         group_queries(q, 4)
     with pytest.raises(ValueError, match=r"kv_heads=4 must divide heads=6"):
-        grouped_attention_weights(q, k)
+        grouped_attention(q, k, k)
     with pytest.raises(ValueError, match=r"kv_heads=4 must divide heads=6"):
-        fused_grouped_attention(q, k, k)
+        fused_attention(q, k, k)
     assert MultiHeadAttention(LAYER, HEADS).kv_heads == HEADS  # default: multi-head
 
 
@@ -232,9 +246,7 @@ def test_kv_heads_must_divide_heads():
         (lambda q, k, v: grouped_attention(q, k[..., :-1], v), "keys"),
         (lambda q, k, v: grouped_attention(q, k, v[:, :1]), "values"),
         (lambda q, k, v: grouped_attention(q, k, v, MASK[..., :-1]), "mask"),
-        (lambda q, k, v: grouped_attend(torch.rand(B, HEADS, SEQ_Q, SEQ + 1,
-                                                   dtype=D), v), "values"),
-        (lambda q, k, v: fused_grouped_attention(q, k, v[..., :-1, :]), "values"),
+        (lambda q, k, v: fused_attention(q, k, v[..., :-1, :]), "values"),
         (lambda q, k, v: group_queries(q[0, 0], 2), "queries"),
     ],
 )  # fmt: skip
@@ -380,10 +392,10 @@ def test_a_model_with_grouped_attention_compiles_with_fullgraph(kind):
 def test_fused_grouped_attention_compiles_with_fullgraph():
     q, k, v = qkv(2)
     with nt.shape_checks(False):
-        compiled = torch.compile(fused_grouped_attention, backend="eager",
+        compiled = torch.compile(fused_attention, backend="eager",
                                  fullgraph=True)  # fmt: skip
         torch.testing.assert_close(
-            compiled(q, k, v, MASK), grouped_attention(q, k, v, MASK)
+            compiled(q, k, v, MASK[:, None]), grouped_attention(q, k, v, MASK)
         )
 
 

@@ -70,6 +70,21 @@ MODELS_UPDATES = {
     "copied into the model's parameters, once, as the checkpoint is read",
 }
 MODELS_INPLACE_AT_MOST = 12
+#: the steps of the multi-head pipeline the Models pages show, each one equation,
+#: and the most code lines one takes (decorator and signature included: the
+#: ``multihead`` section, ``place`` and ``multihead`` with its eight arguments, is the
+#: longest); the grouping and the recording taps sit in helpers named for them, the
+#: stacked $W_{qkv}$ stands in for ``project_qkv`` (``tests/test_fast.py``)
+PIPELINE = [
+    f"named_transformer/models/{name}"
+    for name in (
+        "multihead.py:multihead", "multihead.py:project_qkv",
+        "multihead.py:project_heads", "multihead.py:attend_projected",
+        "multihead.py:grouping", "multihead.py:merge_heads",
+        "grouped.py:group_queries", "grouped.py:grouped_attention",
+    )
+]  # fmt: skip
+PIPELINE_CAP = 29
 
 
 class Snippet(NamedTuple):
@@ -175,6 +190,14 @@ def test_a_models_snippet_is_capped_and_updates_in_place_only_by_its_equation(sn
     assert snippet.lines <= MODELS_CAP, f"{snippet.spec}: {snippet.lines} code lines"
     if snippet.spec not in MODELS_UPDATES:
         assert not snippet.inplace, f"{snippet.spec} writes in place"
+
+
+@pytest.mark.parametrize("spec", PIPELINE)
+def test_a_pipeline_step_reads_as_its_equation(spec):
+    snippet = next(s for s in MODELS if s.spec == spec)
+    assert snippet.lines <= PIPELINE_CAP, f"{spec}: {snippet.lines} code lines"
+    assert not snippet.inplace, f"{spec} writes in place"
+    assert not MEMORY_STATE.search(snippet.code), f"{spec} asks autograd or memory"
 
 
 def test_the_exceptions_are_still_needed():

@@ -239,6 +239,8 @@ def test_every_public_function_of_the_core_has_a_case():
         "rotary_angles",
         "alibi_slopes",
         "automatic_block",  # the core's rule, from the sizes
+        "AutomaticRule",  # the same rule as one object: a call's sizes to a block
+        "AUTOMATIC_RULE",
         "block_size",
         "check_block",  # a block size: a number
         "BLOCK",  # constants

@@ -39,7 +39,7 @@ from torch import Tensor
 from named_transformer.axes import checked
 from named_transformer.contraction import einsum
 from named_transformer.core import fast
-from named_transformer.core.blockwise import automatic_block, blockwise_attention
+from named_transformer.core.blockwise import AUTOMATIC_RULE, blockwise_attention
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 
@@ -50,6 +50,16 @@ __all__ = [
     "attention_weights",
     "fused_attention",
 ]
+
+
+def check_groups(heads: int, kv_heads: int) -> None:
+    """A ``ValueError`` naming both numbers unless ``kv_heads`` divides ``heads``:
+    each key/value head serves a group of ``heads / kv_heads`` query heads."""
+    if kv_heads < 1 or heads % kv_heads != 0:
+        raise ValueError(
+            f"kv_heads={kv_heads} must divide heads={heads}: each key/value head "
+            "serves a group of heads / kv_heads query heads"
+        )
 
 
 # --8<-- [start:attention_weights]
@@ -112,15 +122,14 @@ def attention(
     ``scaled_dot_product_attention``). A query row with no allowed key returns zeros
     (and zero gradient), never NaN.
 
-    Long sequences (:func:`~named_transformer.core.blockwise.automatic_block`) go
-    to :func:`~named_transformer.core.blockwise.blockwise_attention`: the same
-    function, without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory.
+    Long sequences go to
+    :func:`~named_transformer.core.blockwise.blockwise_attention`: the same function,
+    without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory, by the rule
+    the modules' automatic core asks too
+    (:data:`~named_transformer.core.blockwise.AUTOMATIC_RULE`).
     ``attend(attention_weights(...), values)`` always materialises.
     """
-    block = automatic_block(
-        queries.shape[-2], keys.shape[-2], device=queries.device,
-        all_tiles=fast.computes_every_tile(mask),
-    )  # fmt: skip
+    block = AUTOMATIC_RULE.block(queries, keys, mask)  # None: materialise
     if block is not None:  # the same function, a block of scores at a time
         return blockwise_attention(
             queries, keys, values, mask, block, score_bias=score_bias
@@ -136,8 +145,8 @@ def attention(
 @checked
 def fused_attention(
     queries: Float[Tensor, "*batch seq_q key"],
-    keys: Float[Tensor, "*#batch seq key"],
-    values: Float[Tensor, "*#batch seq val"],
+    keys: Float[Tensor, "*#kv_batch seq key"],
+    values: Float[Tensor, "*#kv_batch seq val"],
     mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
     dropout: float = 0.0,
     training: bool = False,
@@ -151,8 +160,14 @@ def fused_attention(
     $\mathsf{seq'} \times \mathsf{seq}$ weights: faster, and far less memory for long
     sequences. It returns no weights, and its dropout draws differ from the named
     path's. The kernel takes one ``attn_mask``: a bias $B$ goes in as a float mask,
-    with $-\infty$ where $M$ blocks.
+    with $-\infty$ where $M$ blocks. Keys and values with fewer heads (third axis
+    from the end) than the queries are grouped-query attention, query head $h$
+    reading key/value head $\lfloor h / |\mathsf{group}| \rfloor$: the kernel's
+    ``enable_gqa`` (:mod:`~named_transformer.models.grouped`).
     """
+    grouped = keys.ndim > 2 and keys.shape[-3] != queries.shape[-3]
+    if grouped:  # kv_heads must divide heads: a ValueError naming both otherwise
+        check_groups(queries.shape[-3], keys.shape[-3])
     if score_bias is not None:
         mask = score_bias if mask is None else score_bias.masked_fill(~mask, -torch.inf)
     # with fewer axes than the queries, the kernel falls back to materialising the
@@ -160,8 +175,9 @@ def fused_attention(
     while mask is not None and mask.ndim < queries.ndim:
         mask = rearrange(mask, "... -> 1 ...")
     return F.scaled_dot_product_attention(  # allow-raw: the fused kernel is the point
-        queries, keys, values, attn_mask=mask, dropout_p=dropout if training else 0.0
-    )
+        queries, keys, values, attn_mask=mask,
+        dropout_p=dropout if training else 0.0, enable_gqa=grouped,
+    )  # fmt: skip
 
 
 # --8<-- [end:fused_attention]

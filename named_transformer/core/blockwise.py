@@ -102,15 +102,17 @@ from named_transformer.axes import (
 )
 from named_transformer.contraction import _recording_a_graph, einsum
 from named_transformer.core.dropout import dropout as drop
-from named_transformer.core.fast import plus_into
+from named_transformer.core.fast import computes_every_tile, plus_into
 from named_transformer.core.masks import additive_mask, causal_mask
 
 __all__ = [
+    "AUTOMATIC_RULE",
     "BLOCK",
     "CROSSOVER",
     "GPU_BLOCK",
     "GPU_CROSSOVER",
     "FULL_CROSSOVER",
+    "AutomaticRule",
     "automatic_block",
     "block_size",
     "check_block",
@@ -649,3 +651,27 @@ def _on_gpu(device: torch.device | str | None) -> bool:
 
 
 # --8<-- [end:automatic_block]
+
+
+class AutomaticRule:
+    """The automatic choice of a core, as the one object that ``nt.attention`` and
+    the modules' automatic core (:class:`~named_transformer.models.cores.Automatic`)
+    both ask: :func:`automatic_block` for a call's queries, keys and mask."""
+
+    def block(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        mask: Tensor | None = None,
+        *,
+        dropout: float = 0.0,
+        value_term: bool = False,
+    ) -> int | None:
+        """A block size (blockwise) or None (materialise) for this call."""
+        return automatic_block(
+            queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term,
+            device=queries.device, all_tiles=computes_every_tile(mask),
+        )  # fmt: skip
+
+
+AUTOMATIC_RULE = AutomaticRule()

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from named_transformer.core import fast
 from named_transformer.core.attention import attend, attention_weights, fused_attention
 from named_transformer.core.blockwise import (
-    automatic_block,
+    AUTOMATIC_RULE,
     blockwise_attention,
     check_block,
 )
@@ -58,6 +57,9 @@ class Core:
     returns_weights = False
     #: True when it can add a value term $U(A)$, which reads the weights
     takes_value_terms = False
+    #: True when it takes keys and values with fewer heads than the queries as they
+    #: are; else the pipeline splits the query heads into groups for it
+    groups_heads = False
 
     def __call__(
         self,
@@ -114,9 +116,11 @@ class Blockwise(Core):
 
 
 class Fused(Core):
-    """PyTorch's fused ``scaled_dot_product_attention``."""
+    """PyTorch's fused ``scaled_dot_product_attention``; grouped heads go to the
+    kernel as they are (``enable_gqa``)."""
 
     name = "fused"
+    groups_heads = True
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
         outputs = fused_attention(
@@ -134,7 +138,8 @@ FUSED = Fused()
 class Automatic(Core):
     """The core chosen for each call by its sizes and its mask: materialising for
     short sequences, :class:`Blockwise` for long ones
-    (:func:`~named_transformer.core.blockwise.automatic_block`, the one rule).
+    (:data:`~named_transformer.core.blockwise.AUTOMATIC_RULE`, the one rule, which
+    ``nt.attention`` asks too).
     With a value term, or under dropout, it materialises."""
 
     name = "automatic"
@@ -149,10 +154,9 @@ class Automatic(Core):
         mask: Tensor | None = None,
     ) -> Core:
         """The core this call runs on."""
-        block = automatic_block(
-            queries.shape[-2], keys.shape[-2], dropout=dropout, value_term=value_term,
-            device=queries.device, all_tiles=fast.computes_every_tile(mask),
-        )  # fmt: skip
+        block = AUTOMATIC_RULE.block(
+            queries, keys, mask, dropout=dropout, value_term=value_term
+        )
         return MATERIALISE if block is None else Blockwise(block)
 
     def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):

@@ -19,41 +19,27 @@ with $Q \in \mathbb R^{\mathsf{heads} \times \mathsf{seq'} \times \mathsf{key}}$
 $K \in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{seq} \times \mathsf{key}}$ and
 $V \in \mathbb R^{\mathsf{kv\_heads} \times \mathsf{seq} \times \mathsf{val}}$; the
 result's $(\mathsf{kv\_heads}, \mathsf{group})$ merge back into $\mathsf{heads}$ for
-$W^O$ (:func:`~named_transformer.models.multihead.attend_grouped_heads`). In the code
+$W^O$ (:func:`~named_transformer.models.multihead.attend_projected`). In the code
 the keys get a size-1 $\mathsf{group}$ axis, since einops and torch broadcast by
 position. Query head $h$ reads key/value head $\lfloor h / |\mathsf{group}| \rfloor$
 ($\mathsf{kv\_heads}$ is the outer axis of the merge): the grouping of
 ``repeat_interleave`` on K and V (Llama's ``repeat_kv``) and of
-``scaled_dot_product_attention(..., enable_gqa=True)``. $|\mathsf{kv\_heads}| = 1$ is
-multi-query attention, $|\mathsf{kv\_heads}| = |\mathsf{heads}|$ multi-head attention.
+``scaled_dot_product_attention(..., enable_gqa=True)``, which the fused core passes
+the heads to as they are (:func:`~named_transformer.core.attention.fused_attention`).
+$|\mathsf{kv\_heads}| = 1$ is multi-query attention,
+$|\mathsf{kv\_heads}| = |\mathsf{heads}|$ multi-head attention.
 """
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from einops import rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor
 
 from named_transformer.axes import checked
-from named_transformer.core.attention import attend, attention_weights
+from named_transformer.core.attention import attend, attention_weights, check_groups
 
-__all__ = [
-    "fused_grouped_attention",
-    "group_queries",
-    "grouped_attend",
-    "grouped_attention",
-    "grouped_attention_weights",
-]
-
-
-def _check_groups(heads: int, kv_heads: int) -> None:
-    if kv_heads < 1 or heads % kv_heads != 0:
-        raise ValueError(
-            f"kv_heads={kv_heads} must divide heads={heads}: each key/value head "
-            "serves a group of heads / kv_heads query heads"
-        )
+__all__ = ["group_queries", "grouped_attention"]
 
 
 def _split_groups(tensor: Tensor, kv_heads: int) -> Tensor:
@@ -61,7 +47,7 @@ def _split_groups(tensor: Tensor, kv_heads: int) -> Tensor:
     size-1 axis there (shared by all heads) becomes two size-1 axes."""
     if tensor.shape[-3] == 1:
         return rearrange(tensor, "... 1 seq_q x -> ... 1 1 seq_q x")
-    _check_groups(tensor.shape[-3], kv_heads)
+    check_groups(tensor.shape[-3], kv_heads)
     return rearrange(
         tensor, "... (kv_heads group) seq_q x -> ... kv_heads group seq_q x",
         kv_heads=kv_heads,
@@ -99,55 +85,11 @@ def group_queries(
     Query head $h$ lands in group $\lfloor h / |\mathsf{group}| \rfloor$. A
     ``ValueError`` names both numbers when ``kv_heads`` does not divide the heads.
     """
-    _check_groups(queries.shape[-3], kv_heads)
+    check_groups(queries.shape[-3], kv_heads)
     return _split_groups(queries, kv_heads)
 
 
 # --8<-- [end:group_queries]
-
-
-# --8<-- [start:grouped_attention_weights]
-@checked
-def grouped_attention_weights(
-    queries: Float[Tensor, "*batch heads seq_q key"],
-    keys: Float[Tensor, "*#batch kv_heads seq key"],
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    *,
-    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-) -> Float[Tensor, "*batch heads seq_q seq"]:
-    r"""One distribution over $\mathsf{seq}$ per query head, the keys shared by groups.
-
-    $$\nfun{seq}{softmax}\left(\frac{Q_{\mathsf{heads}\to(\mathsf{kv\_heads},
-      \mathsf{group})} \ndot{key} K}{\sqrt{|\mathsf{key}|}} + B + M\right)$$
-
-    then $(\mathsf{kv\_heads}, \mathsf{group}) \to \mathsf{heads}$. $K$ has no
-    $\mathsf{group}$ axis: it is broadcast, never copied. The mask $M$ and the bias
-    $B$ are shared by all heads.
-    """
-    grouped = _split_groups(queries, keys.shape[-3])
-    weights = attention_weights(
-        grouped, _share_over_group(keys), _lift(mask), score_bias=_lift(score_bias)
-    )
-    return _merge_groups(weights)
-
-
-# --8<-- [end:grouped_attention_weights]
-
-
-# --8<-- [start:grouped_attend]
-@checked
-def grouped_attend(
-    weights: Float[Tensor, "*batch heads seq_q seq"],
-    values: Float[Tensor, "*#batch kv_heads seq val"],
-) -> Float[Tensor, "*batch heads seq_q val"]:
-    r"""$A_{\mathsf{heads}\to(\mathsf{kv\_heads},\mathsf{group})} \ndot{seq} V$, then
-    $(\mathsf{kv\_heads}, \mathsf{group}) \to \mathsf{heads}$: each query head's
-    average of its group's values."""
-    grouped = _split_groups(weights, values.shape[-3])
-    return _merge_groups(attend(grouped, _share_over_group(values)))
-
-
-# --8<-- [end:grouped_attend]
 
 
 # --8<-- [start:grouped_attention]
@@ -163,50 +105,21 @@ def grouped_attention(
     r"""$\text{Attention}(Q_{\mathsf{heads}\to(\mathsf{kv\_heads},\mathsf{group})},
     K, V, M, B)_{(\mathsf{kv\_heads},\mathsf{group})\to\mathsf{heads}}$.
 
-    Equal to multi-head attention with K and V repeated $|\mathsf{group}|$ times each
-    (``repeat_interleave`` along the heads) and to PyTorch's
-    ``scaled_dot_product_attention(..., enable_gqa=True)``: the tests check both.
+    $$A = \nfun{seq}{softmax}\left(\frac{Q_{\mathsf{heads}\to(\mathsf{kv\_heads},
+      \mathsf{group})} \ndot{key} K}{\sqrt{|\mathsf{key}|}} + B + M\right), \qquad
+      A \ndot{seq} V$$
+
+    $K$ and $V$ have no $\mathsf{group}$ axis: they are broadcast, never copied. The
+    mask $M$ and the bias $B$ are shared by all heads. Equal to multi-head attention
+    with K and V repeated $|\mathsf{group}|$ times each (``repeat_interleave`` along
+    the heads) and to PyTorch's ``scaled_dot_product_attention(..., enable_gqa=True)``:
+    the tests check both.
     """
-    weights = grouped_attention_weights(queries, keys, mask, score_bias=score_bias)
-    return grouped_attend(weights, values)
+    grouped = group_queries(queries, keys.shape[-3])
+    weights = attention_weights(
+        grouped, _share_over_group(keys), _lift(mask), score_bias=_lift(score_bias)
+    )
+    return _merge_groups(attend(weights, _share_over_group(values)))
 
 
 # --8<-- [end:grouped_attention]
-
-
-# --8<-- [start:fused_grouped_attention]
-@checked
-def fused_grouped_attention(
-    queries: Float[Tensor, "*batch heads seq_q key"],
-    keys: Float[Tensor, "*#batch kv_heads seq key"],
-    values: Float[Tensor, "*#batch kv_heads seq val"],
-    mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-    dropout: float = 0.0,
-    training: bool = False,
-    *,
-    score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-) -> Float[Tensor, "*batch heads seq_q val"]:
-    r""":func:`grouped_attention` by PyTorch's kernel, an explicit option.
-
-    ``scaled_dot_product_attention(..., enable_gqa=True)`` takes the key/value heads
-    as they are, with the same grouping (CUDA's flash kernel reads them in place;
-    torch 2.13's CPU path repeats them inside the kernel). It returns no weights. As
-    in :func:`~named_transformer.core.attention.fused_attention`, a bias $B$ goes in
-    as a float mask, $-\infty$ where $M$ blocks.
-    """
-    _check_groups(queries.shape[-3], keys.shape[-3])  # as the named path
-    if score_bias is not None:
-        mask = score_bias if mask is None else score_bias.masked_fill(~mask, -torch.inf)
-    if mask is not None:
-        mask = rearrange(mask, "... seq_q seq -> ... 1 seq_q seq")  # over heads
-    # with fewer axes than the queries, the kernel falls back to materialising the
-    # weights
-    while mask is not None and mask.ndim < queries.ndim:
-        mask = rearrange(mask, "... -> 1 ...")
-    return F.scaled_dot_product_attention(  # allow-raw: the fused kernel is the point
-        queries, keys, values, attn_mask=mask,
-        dropout_p=dropout if training else 0.0, enable_gqa=True,
-    )  # fmt: skip
-
-
-# --8<-- [end:fused_grouped_attention]

@@ -64,6 +64,7 @@ from torch import Tensor, nn
 from named_transformer.axes import _records_gradient, checked
 from named_transformer.contraction import einsum
 from named_transformer.core import fast
+from named_transformer.core.attention import check_groups
 from named_transformer.core.scores import scaled_dot_score
 from named_transformer.core.softmax import softmax
 from named_transformer.models.attention_weights import AttentionWeights
@@ -74,6 +75,7 @@ from named_transformer.models.cores import (
     Blockwise,
     Core,
     Materialise,
+    ValueTerm,
 )
 from named_transformer.models.grouped import (
     _merge_groups,
@@ -249,8 +251,38 @@ def _tapped(heads: Heads) -> Heads:
     )
 
 
+def _project_qkv_stacked(
+    inputs: Tensor,
+    memory: Tensor,
+    weights: AttentionWeights,
+    *,
+    values_from: Tensor | None = None,
+) -> Heads:
+    """:func:`project_qkv` computed faster (a test checks the two equal): in
+    self-attention (``memory`` *is* ``inputs``, keys and values as wide as queries)
+    while a gradient is recorded, the three projections are one product with the
+    stacked $W_{qkv}$ (:func:`stacked_projection`): the same numbers, one larger
+    multiplication, whose backward pass is faster than three. Without a gradient it
+    makes the equation's three products: where a projection's input is smaller than
+    its weight the library's ``einsum`` reads the weight as it lies, where stacking
+    would copy all three on every call."""
+    projections = (weights.w_q, weights.w_k, weights.w_v,
+                   weights.b_q, weights.b_k, weights.b_v)  # fmt: skip
+    self_attention = memory is inputs and values_from in (None, inputs)
+    stack = self_attention and weights.stackable
+    if not (stack and _records_gradient(inputs, *projections)):
+        return project_qkv.equation(inputs, memory, weights, values_from=values_from)
+    weights.check(inputs, memory, values_from)  # as the equation: axes bound first
+    w_qkv, b_qkv = stacked_weights(weights)
+    projected = stacked_projection(
+        inputs, w_qkv, weights.w_q.shape[0], b_qkv, kv_heads=weights.w_k.shape[0]
+    )
+    return _tapped(Heads(*projected))
+
+
 # --8<-- [start:project_qkv]
 @checked
+@fast.stand_in(_project_qkv_stacked)
 def project_qkv(
     inputs: Float[Tensor, "*batch seq_q layer"],
     memory: Float[Tensor, "*batch seq memory"],
@@ -262,45 +294,30 @@ def project_qkv(
     $V = W^V \ndot{memory_v} X_v$.
 
     The values come from the memory, $X_v = X_m$, unless ``values_from`` gives a
-    source of their own (PyTorch's ``vdim`` beside ``kdim``). In self-attention
-    (``memory`` *is* ``inputs``, keys and values as wide as queries) while a gradient
-    is recorded, the three projections are one product with the stacked $W_{qkv}$
-    (:func:`stacked_projection`): the same numbers, one larger multiplication, whose
-    backward pass is faster than three. Without a gradient it makes three products
-    (:func:`project_heads`): where a projection's input is smaller than its weight
-    ($|\mathsf{batch}| \cdot |\mathsf{seq}| < |\mathsf{heads}| \cdot |\mathsf{key}|$)
-    the library's ``einsum`` reads the weight as it lies, where stacking would copy
-    all three on every call.
+    source of their own (PyTorch's ``vdim`` beside ``kdim``). In self-attention while
+    a gradient is recorded, the three products are computed as one with the stacked
+    $W_{qkv}$ (:func:`stacked_projection`, the same numbers; ``tests/test_fast.py``
+    checks it).
     """
     weights.check(inputs, memory, values_from)
-    w_q, w_k, w_v = weights.w_q, weights.w_k, weights.w_v
     if values_from is None:
-        if w_v.shape[-2] != memory.shape[-1]:
+        if weights.w_v.shape[-2] != memory.shape[-1]:
             raise TypeCheckError(
-                f"parameter 'w_v' reads {w_v.shape[-2]} features (axis "
+                f"parameter 'w_v' reads {weights.w_v.shape[-2]} features (axis "
                 f"'value_memory') but the values come from 'memory', "
                 f"{memory.shape[-1]} wide: pass values_from"
             )
         values_from = memory
-    projections = (w_q, w_k, w_v, weights.b_q, weights.b_k, weights.b_v)
-    recording = _records_gradient(inputs, *projections)
-    if recording and memory is inputs and values_from is inputs and weights.stackable:
-        w_qkv, b_qkv = stacked_weights(weights)
-        projected = stacked_projection(
-            inputs, w_qkv, w_q.shape[0], b_qkv, kv_heads=w_k.shape[0]
-        )
-        return _tapped(Heads(*projected))
     return _tapped(Heads(
-        project_heads(inputs, w_q, weights.b_q),
-        project_heads(memory, w_k, weights.b_k),
-        project_heads(values_from, w_v, weights.b_v),
+        project_heads(inputs, weights.w_q, weights.b_q),
+        project_heads(memory, weights.w_k, weights.b_k),
+        project_heads(values_from, weights.w_v, weights.b_v),
     ))  # fmt: skip
 
 
 # --8<-- [end:project_qkv]
 
 
-# --8<-- [start:attend_projected]
 def _lift_over_heads(table: Tensor | None) -> Tensor | None:
     """A mask or bias shared by all heads: a size-1 ``heads`` axis."""
     if table is None:
@@ -308,7 +325,6 @@ def _lift_over_heads(table: Tensor | None) -> Tensor | None:
     return rearrange(table, "... seq_q seq -> ... 1 seq_q seq")
 
 
-# --8<-- [start:tapped_core]
 class _TappedCore(Materialise):
     r"""The materialising core, its weights computed with the scores $S + T + B$
     and the weights $A$ tapped per query head (``scores``, ``weights``): what
@@ -351,9 +367,6 @@ def _contributions(attended: Tensor, w_o: Tensor, outputs: Tensor) -> Tensor:
                             "sum")  # fmt: skip
 
 
-# --8<-- [end:tapped_core]
-
-
 def _plus(first: Tensor | None, second: Tensor | None) -> Tensor | None:
     """The sum of two additive score terms, either of which may be absent."""
     if first is None or second is None:
@@ -373,6 +386,75 @@ def _bind_heads(  # the heads' axes meet W^O's, the mask's and the bias's here
     del queries, keys, values, w_o, mask, score_bias
 
 
+def _score_terms(
+    positions: Positions, heads: Heads, score_bias: Tensor | None, offset
+) -> Tensor | None:
+    """$T + B$: the scheme's score term (per head, or none) and the caller's bias
+    (shared by all heads), either of which may be absent."""
+    term = positions.score_term(heads.queries, heads.keys.shape[-2], offset)
+    return _plus(term, _lift_over_heads(score_bias))
+
+
+def _value_term_at(positions: Positions, offset) -> ValueTerm | None:
+    """$U(A)$, the scheme's value term from position ``offset`` (None: none)."""
+    if not positions.uses_weights:
+        return None
+    return functools.partial(positions.value_term, offset=offset)
+
+
+def _recording_core(core: Core, heads: Heads) -> Core:
+    """``core``, or while the scores or weights are recorded or edited the
+    materialising core that taps them per query head (whatever the attention's own
+    core)."""
+    session = tapping()
+    if session is None or not (session.wants("scores") or session.wants("weights")):
+        return core
+    kv_heads = heads.keys.shape[-3]
+    return _TappedCore(None if kv_heads == heads.queries.shape[-3] else kv_heads)
+
+
+def _merge_heads_recorded(
+    attended: Tensor, w_o: Tensor, b_o: Tensor | None
+) -> Tensor:
+    """:func:`merge_heads`, with each head's contribution tapped while recorded or
+    edited (``contributions``)."""
+    merged = merge_heads(attended, w_o, b_o)
+    session = tapping()
+    if session is not None and session.wants("contributions"):
+        merged = _contributions(attended, w_o, merged)
+    return merged
+
+
+# --8<-- [start:grouping]
+def _attention_by_core(
+    core: Core,
+    heads: Heads,
+    mask: Tensor | None,
+    bias: Tensor | None,
+    dropout: float,
+    value_term: ValueTerm | None,
+) -> tuple[Tensor, Tensor | None]:
+    r"""$\text{Attention}(Q, K, V, M, T + B) + U(A)$ by ``core``. With fewer key/value
+    heads than query heads, the query heads (and a per-head $T$) are split
+    $\mathsf{heads} \to (\mathsf{kv\_heads}, \mathsf{group})$ and the keys, values
+    and mask get a size-1 $\mathsf{group}$ axis, unless the core groups the heads
+    itself (the fused kernel's ``enable_gqa``)."""
+    queries, keys, values = heads
+    kv_heads = keys.shape[-3]
+    if kv_heads == queries.shape[-3] or core.groups_heads:
+        return core(queries, keys, values, mask, bias, dropout, value_term)
+    queries = _split_groups(queries, kv_heads)
+    keys, values = _share_over_group(keys), _share_over_group(values)
+    mask = None if mask is None else _share_over_group(mask)
+    bias = None if bias is None else _split_groups(bias, kv_heads)
+    outputs, weights = core(queries, keys, values, mask, bias, dropout, value_term)
+    return _merge_groups(outputs), None if weights is None else _merge_groups(weights)
+
+
+# --8<-- [end:grouping]
+
+
+# --8<-- [start:attend_projected]
 @checked
 def attend_projected(
     heads: Heads,
@@ -397,42 +479,21 @@ def attend_projected(
     heads, the query heads (and a per-head $T$) are split
     $\mathsf{heads} \to (\mathsf{kv\_heads}, \mathsf{group})$ and the keys, values
     and mask get a size-1 $\mathsf{group}$ axis: broadcast, never copied
-    (:mod:`~named_transformer.models.grouped`). ``offset`` is the first query's
+    (:mod:`~named_transformer.models.grouped`); the fused core groups them itself.
+    While the scores or weights are recorded, the materialising core runs and taps
+    them (:mod:`~named_transformer.recording`). ``offset`` is the first query's
     position counted from the first key. Returns (output, weights per query head,
     before dropout); the weights are None from a core that does not materialise them.
     """
     positions, core = check_variant(variant)
-    session = tapping()  # recorded or edited: the scores and weights, tapped per head
-    queries, keys, values = heads
-    _bind_heads(queries, keys, values, w_o, mask, score_bias)
-    bias = _plus(
-        positions.score_term(queries, keys.shape[-2], offset),
-        _lift_over_heads(score_bias),
-    )
-    mask = _lift_over_heads(mask)
-    value_term = None
-    if positions.uses_weights:
-        value_term = functools.partial(positions.value_term, offset=offset)
-    # --8<-- [start:grouping]
-    kv_heads = keys.shape[-3]
-    grouped = kv_heads != queries.shape[-3]
-    if grouped:
-        queries = _split_groups(queries, kv_heads)
-        keys, values = _share_over_group(keys), _share_over_group(values)
-        mask = None if mask is None else _share_over_group(mask)
-        bias = None if bias is None else _split_groups(bias, kv_heads)
-    if session is not None and (session.wants("scores") or session.wants("weights")):
-        core = _TappedCore(kv_heads if grouped else None)
-    outputs, weights = core(queries, keys, values, mask, bias, dropout, value_term)
-    if grouped:
-        outputs = _merge_groups(outputs)
-        weights = None if weights is None else _merge_groups(weights)
-    # --8<-- [end:grouping]
+    _bind_heads(*heads, w_o, mask, score_bias)  # heads' axes meet W^O's, M's, B's
+    outputs, weights = _attention_by_core(
+        _recording_core(core, heads), heads, _lift_over_heads(mask),
+        _score_terms(positions, heads, score_bias, offset),
+        dropout, _value_term_at(positions, offset),
+    )  # fmt: skip
     outputs = tap("attended", outputs, "*batch heads seq_q val")
-    merged = merge_heads(outputs, w_o, b_o)
-    if session is not None and session.wants("contributions"):
-        merged = _contributions(outputs, w_o, merged)
-    return merged, weights
+    return _merge_heads_recorded(outputs, w_o, b_o), weights
 
 
 # --8<-- [end:attend_projected]
@@ -616,11 +677,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         kv_heads = heads if kv_heads is None else kv_heads
-        if kv_heads < 1 or heads % kv_heads != 0:
-            raise ValueError(
-                f"kv_heads={kv_heads} must divide heads={heads}: each key/value head "
-                "serves a group of heads / kv_heads query heads"
-            )
+        check_groups(heads, kv_heads)
         self.kv_heads = kv_heads  # = heads: multi-head; 1: multi-query
         self.core = _core_option(fused, block, materialise)
         self.block = block
