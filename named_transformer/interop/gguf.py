@@ -5,11 +5,9 @@ A GGUF file holds a model's configuration as metadata (``llama.block_count``,
 the chat template) and its weights, most of them quantised in blocks
 (:mod:`~named_transformer.interop.quantization`). :func:`from_gguf` reads it with the
 ``gguf`` package (the parser llama.cpp maintains; it runs no code from the file),
-writes the metadata as a Hugging Face configuration, dequantises each tensor (Q4_1 and
-Q8_0 by the named equations of :mod:`~named_transformer.interop.quantization`, equal
-to ``gguf``'s own code and far faster; any other type by ``gguf``), renames it to its
-Hugging Face name and converts it with the same name table as
-:func:`~named_transformer.interop.huggingface.from_huggingface`.
+writes the metadata as a Hugging Face configuration, dequantises each tensor with
+``gguf``'s own code, renames it to its Hugging Face name and converts it with the same
+name table as :func:`~named_transformer.interop.huggingface.from_huggingface`.
 
 One layout differs. llama.cpp rotates the channel pairs $(2i, 2i+1)$ of each head,
 Hugging Face's Llama (and :func:`~named_transformer.core.rotary.rotate`) the pairs
@@ -40,7 +38,6 @@ from einops import rearrange
 from torch import Tensor
 
 from named_transformer.interop.huggingface import convert_checkpoint
-from named_transformer.interop.quantization import dequantize_q4_1, dequantize_q8_0
 from named_transformer.models.language_model import LanguageModel
 
 if TYPE_CHECKING:  # numpy comes with gguf (the pretrained extra), not the core install
@@ -72,9 +69,6 @@ _TENSORS = {
 }
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 _ROWS = 4096  # rows dequantised at once
-# the block types read by the named equations (gguf's numpy code reads the others:
-# the same numbers, a second or more slower per million weights)
-_NAMED = {"Q4_1": dequantize_q4_1, "Q8_0": dequantize_q8_0}
 
 
 def _hugging_face_name(name: str) -> str:
@@ -132,9 +126,8 @@ class GGUFCheckpoint:
         return raw.reshape(math.prod(stored.shape[:-1]), -1)  # allow-raw: rows
 
     def tensor(self, name: str) -> Tensor:
-        """The tensor of Hugging Face name ``name``, dequantised to float32 (by the
-        named equations, or ``gguf``), in Hugging Face's layout (rotary rows
-        un-interleaved)."""
+        """The tensor of Hugging Face name ``name``, dequantised to float32 by
+        ``gguf``, in Hugging Face's layout (rotary rows un-interleaved)."""
         from gguf import GGMLQuantizationType
         from gguf.quants import dequantize
 
@@ -143,14 +136,8 @@ class GGUFCheckpoint:
         tensor = torch.empty(stored.shape)
         rows = tensor.reshape(-1, stored.shape[-1])  # allow-raw: filled row by row
         raw = self.stored_bytes(name)
-        named = _NAMED.get(kind.name)
         # a few rows at a time, so dequantising never holds a second full copy
         for start in range(0, rows.shape[0], _ROWS):
-            if named is not None:
-                rows[start : start + _ROWS] = named(
-                    torch.from_numpy(raw[start : start + _ROWS])
-                )
-                continue
             try:
                 values = dequantize(raw[start : start + _ROWS], kind)
             except NotImplementedError:

@@ -15,8 +15,8 @@ $$\begin{aligned}
 A Q4_1 block is 20 bytes: $d$, $m$, then 16 bytes each holding two 4-bit $q$ (the
 low half of byte $j$ is weight $j$, the high half weight $j + 16$): 5 bits per weight
 instead of float32's 32. A Q8_0 block is 34 bytes: $d$ and 32 signed bytes. These
-functions are the equations, checked equal to the ``gguf`` package's dequantisation;
-:func:`~named_transformer.interop.gguf.from_gguf` reads Q4_1 and Q8_0 with them.
+functions are the equations, checked equal to the ``gguf`` package's dequantisation
+(which :func:`~named_transformer.interop.gguf.from_gguf` uses).
 """
 
 from __future__ import annotations
