@@ -9,6 +9,11 @@ torch. ``python -m`` imports the package before its ``__main__``, so the package
 Ctrl-C raises ``KeyboardInterrupt`` as usual, and the command line turns it into one
 line of its own. Importing the package any other way changes nothing.
 
+Under ``python -m named_transformer`` it parses the command line first
+(:func:`parse_first`), before the package imports torch: ``--help`` (the main one and
+every command's) and a usage mistake answer at once, without importing torch. A valid
+command then imports the package as usual and runs.
+
 It also imports jaxtyping without jax (:func:`jaxtyping_without_jax`): where jax is
 installed (Tracr, for the RASP page and tests, brings it), jaxtyping imports it for its
 ``PyTree`` type, and its first check imports it to filter jax's tracebacks; the library
@@ -24,7 +29,7 @@ import sys
 import threading
 from types import FrameType
 
-__all__ = ["jaxtyping_without_jax", "quiet_start", "started"]
+__all__ = ["jaxtyping_without_jax", "parse_first", "quiet_start", "started"]
 
 INTERRUPTED = "interrupted while starting; nothing was done"
 
@@ -46,6 +51,28 @@ def quiet_start() -> None:
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _stop)
+
+
+def _run_as_main() -> bool:
+    """Whether ``python -m named_transformer`` is locating its ``__main__`` now."""
+    if sys.argv[:1] != ["-m"]:
+        return False
+    command = getattr(sys, "orig_argv", [])  # python, its options, -m, the module
+    for option, following in zip(command, [*command[1:], ""], strict=True):
+        if option.startswith("-m"):  # "-m name" or "-mname"
+            return (option[2:] or following) == "named_transformer"
+    return False
+
+
+def parse_first() -> None:
+    """Under ``python -m named_transformer``: parse the command line with the parser of
+    :mod:`~named_transformer.workflows.cli`, which imports no torch. ``--help`` and a
+    usage mistake exit here; a valid command returns, and ``__main__`` parses it again
+    once the package is imported (a few milliseconds)."""
+    if _run_as_main():
+        from named_transformer.workflows.cli import parser
+
+        parser().parse_args(sys.argv[1:])
 
 
 def started() -> None:
@@ -77,4 +104,5 @@ def jaxtyping_without_jax() -> None:
 
 
 quiet_start()
+parse_first()
 jaxtyping_without_jax()

@@ -129,3 +129,27 @@ def test_a_learners_layer_norm_and_feed_forward_reach_the_cached_step():
     # 2 layers x (2 norms, 1 feed-forward) per step, 1 + TOKENS - 1 steps
     assert calls == {"layer_norm": 4 * TOKENS, "feed_forward": 2 * TOKENS}
     torch.testing.assert_close(decoded.log_probs, expected.log_probs, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_prompt_prefilled_in_one_pass_equals_recomputation_in_float64(name):
+    """Prefill then decode: every step's log-probabilities equal the full forward's
+    over the prefix (float64: to rounding); the prompt takes one pass of each layer,
+    and the generator reads only its last position."""
+    model = MODELS[name]().double()
+    rows = []
+    generator = model.generator.forward
+
+    def counted(inputs):
+        rows.append(inputs.shape[-2])
+        return generator(inputs)
+
+    model.generator.forward = counted
+    prompt = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5]])
+    cached = greedy(IncrementalDecoder(model), prompt, TOKENS)
+    assert rows == [1] * TOKENS  # the prompt's pass, then one per new token
+    del model.generator.forward
+    with torch.no_grad():
+        full = torch.cat([prompt, cached.tokens], dim=-1)
+        recomputed = model(full[:, :-1])[:, prompt.shape[-1] - 1 :]
+    torch.testing.assert_close(cached.log_probs, recomputed, atol=1e-12, rtol=0)

@@ -10,6 +10,7 @@ every step.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -489,3 +490,57 @@ def test_train_induction_checks_its_paths_and_options_before_training(tmp_path):
         assert done.returncode == 2, done.stderr
         assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+
+
+def _commands(parser, words=()) -> list[tuple[str, ...]]:
+    """Every command line the parser answers --help for: the main one, each command,
+    each command's own commands (``exercises init``)."""
+    found = [tuple(words)]
+    for action in parser._actions:  # argparse keeps its commands there
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                found += _commands(command, (*words, name))
+    return found
+
+
+def _imported(importtime: str) -> set[str]:
+    """The modules a ``-X importtime`` report lists (its last column)."""
+    return {line.rsplit("|", 1)[-1].strip() for line in importtime.splitlines()
+            if line.startswith("import time:")}  # fmt: skip
+
+
+@pytest.mark.parametrize("words", _commands(cli.parser()), ids=" ".join)
+def test_every_help_answers_without_importing_torch(words):
+    """Issue 45, item 4: ``python -m named_transformer [COMMAND] --help`` parses
+    before the package imports torch (its ``-X importtime`` lists every module it
+    imported: torch is not among them)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "named_transformer", *words,
+         "--help"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage: python -m named_transformer")
+    imported = _imported(done.stderr)
+    assert "named_transformer.workflows.cli" in imported  # the parser did answer
+    assert "torch" not in imported
+
+
+def test_a_usage_mistake_is_one_line_without_importing_torch():
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "named_transformer", "train",
+         "nosuchtask"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines()
+             if not line.startswith("import time:")]  # fmt: skip
+    assert done.returncode == 2
+    assert len(lines) == 1 and "invalid choice: 'nosuchtask'" in lines[0], lines
+    assert "torch" not in _imported(done.stderr)
+
+
+def test_the_parsers_numbers_are_the_registries():
+    """The parser's choices come from torch-free recipes: the model kinds and the
+    generated tasks they name are the registries' own."""
+    from named_transformer.workflows import kinds, recipes, tasks
+
+    assert recipes.KINDS == tuple(kinds.MODEL_KINDS)
+    assert sorted(recipes.RECIPES) == sorted(tasks.TASKS)

@@ -372,6 +372,10 @@ class IncrementalDecoder:
         plans = self.plans if direct else [None] * len(self.layers)
         for layer, plan, entry in zip(self.layers, plans, self.caches, strict=True):
             hidden = self._layer(layer, plan, entry, hidden, mask, offset)
+        # only the last position's log-probabilities are asked for (the token after
+        # the prefix): a prompt's other positions skip the final norm and the
+        # generator, whose vocabulary-wide product is a fifth of SmolLM2's prefill
+        hidden = hidden[:, -1:]
         stack = self.model.stacks.decoder if self.encoder_decoder else self.model.blocks
         if stack.norm is not None:
             hidden = stack.norm(hidden)

@@ -11,30 +11,24 @@ test suite runs on the library. :class:`~named_transformer.exercises.switch.use`
 the learner's functions inside the library's model ("Your own GPT").
 """
 
-from named_transformer.exercises.checks import CHECKS
-from named_transformer.exercises.learner import (
-    Result,
-    check_directory,
-    check_exercise,
-    load_learner,
-    skeleton,
-    write_exercises,
-)
-from named_transformer.exercises.registry import EXERCISES, PAGES, Exercise, exercise
-from named_transformer.exercises.switch import SWITCHED, use
+import importlib
 
-__all__ = [
-    "CHECKS",
-    "EXERCISES",
-    "PAGES",
-    "SWITCHED",
-    "Exercise",
-    "Result",
-    "check_directory",
-    "check_exercise",
-    "exercise",
-    "load_learner",
-    "skeleton",
-    "use",
-    "write_exercises",
-]
+# Each name's module, imported on first use: the command line's parser reads the
+# registry (the exercises' names) without torch, which the checks and the learner's
+# loader import.
+_MODULES = {
+    "CHECKS": "checks",
+    "EXERCISES": "registry", "PAGES": "registry", "Exercise": "registry",
+    "exercise": "registry",
+    "Result": "learner", "check_directory": "learner", "check_exercise": "learner",
+    "load_learner": "learner", "skeleton": "learner", "write_exercises": "learner",
+    "SWITCHED": "switch", "use": "switch",
+}  # fmt: skip
+
+__all__ = list(_MODULES)
+
+
+def __getattr__(name: str) -> object:
+    if name in _MODULES:
+        return getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from named_transformer.exercises.learner import check_directory, write_exercises
 from named_transformer.exercises.registry import EXERCISES, PAGES, exercise
 
 __all__ = ["add_commands"]
 
 
 def _init(args: argparse.Namespace) -> int:
+    from named_transformer.exercises.learner import write_exercises
+
     files = write_exercises(args.directory, force=args.force)
     print(f"wrote {len(EXERCISES)} exercises in {len(files)} files under "
           f"{args.directory}:")  # fmt: skip
@@ -31,6 +32,8 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from named_transformer.exercises.learner import check_directory
+
     for name in args.names:
         exercise(name)  # an unknown name: a ValueError, one line, exit 2
     folder = Path(args.directory)

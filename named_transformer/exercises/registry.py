@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from named_transformer.exercises.checks import CHECKS
-
 __all__ = ["EXERCISES", "PAGES", "Exercise", "exercise"]
 
 
@@ -39,6 +37,9 @@ class Exercise:
     @property
     def checks(self) -> tuple[Callable[[Callable[..., Any]], None], ...]:
         """The checks, in the order they run."""
+        # the checks import torch and hypothesis: not for the command line's parser
+        from named_transformer.exercises.checks import CHECKS
+
         return CHECKS[self.name]
 
     @property

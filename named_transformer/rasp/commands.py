@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-from named_transformer.rasp.compiler import compile_program
 from named_transformer.rasp.interpreter import evaluate
 from named_transformer.rasp.programs import PROGRAMS
 
@@ -41,6 +40,9 @@ def _rasp(args: argparse.Namespace) -> int:
     if len(inputs) > example.max_length:
         raise ValueError(f"{len(inputs)} tokens, but '{args.program}' is compiled for "
                          f"at most {example.max_length}")  # fmt: skip
+    # torch, only now: the parser reads add_commands without it
+    from named_transformer.rasp.compiler import compile_program
+
     model = compile_program(example.program, example.vocabulary, example.max_length)
     print(f"{args.program}: {example.about}")
     print(f"input:       {inputs}")

@@ -38,23 +38,25 @@ import sys
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-import torch
+if TYPE_CHECKING:
+    from named_transformer.workflows.data import Vocabulary
+    from named_transformer.workflows.runner import RunSettings
 
-from named_transformer.axes import shape_checks
-from named_transformer.workflows.data import START, Vocabulary
-from named_transformer.workflows.kinds import kind_of
-from named_transformer.workflows.runner import (
+from named_transformer.workflows.recipes import (
     KINDS,
     PAPER,
     RECIPES,
     SIZES,
-    RunSettings,
+    add_text_options,
     position_choices,
 )
-from named_transformer.workflows.tasks import TASKS, detokenize, tokenize
-from named_transformer.workflows.training import CheckpointError, TrainingInterrupted
+
+# The parser imports no torch: ``--help`` and a usage mistake answer at once (importing
+# torch takes seconds, far longer on a busy machine). Each command's handler imports
+# what it runs. Under ``python -m named_transformer`` the command line is parsed before
+# the package's own imports (:mod:`named_transformer._startup`).
 
 __all__ = [
     "COMMAND_MODULES",
@@ -173,6 +175,8 @@ def interrupted_line(
 ) -> str:
     """The one line Ctrl-C ends a training command with: what was saved, if any.
     ``before`` is the checkpoint's :func:`_stamp` when the command started."""
+    from named_transformer.workflows.training import TrainingInterrupted
+
     if isinstance(interruption, TrainingInterrupted):
         where = f"interrupted after step {interruption.step}"
         if interruption.checkpoint is None:
@@ -206,6 +210,7 @@ def _figure(run: dict, source: Sequence[str], path: Path | None, title: str) -> 
         return
     require("matplotlib")
     from named_transformer.workflows.runner import attention_figure, attention_maps
+    from named_transformer.workflows.tasks import detokenize
 
     prediction, maps = attention_maps(
         run["model"], run["spec"], run["vocabulary"], source
@@ -230,6 +235,8 @@ def _checked_figure(args: argparse.Namespace, default: Path) -> Path | None:
 def run_settings(args: argparse.Namespace) -> RunSettings:
     """The run's settings, built once: the task's recipe, or the paper's settings over
     it (``--paper``), then every flag given or with a default of its own."""
+    from named_transformer.workflows.runner import RunSettings
+
     flags = {
         field.name: getattr(args, field.name)
         for field in fields(RunSettings)
@@ -275,6 +282,9 @@ def _train(args: argparse.Namespace) -> int:
 def _start_line(
     args: argparse.Namespace, settings: RunSettings | None, out: Path
 ) -> str:
+    from named_transformer.workflows.kinds import kind_of
+    from named_transformer.workflows.tasks import TASKS
+
     if settings is None:
         steps = getattr(args, "steps", None) or "3000"
         what = f"the text model on {args.corpus or 'the pydoc_data corpus'}"
@@ -293,6 +303,7 @@ def _train_task(
     args: argparse.Namespace, settings: RunSettings, out: Path, figure: Path | None
 ) -> int:
     from named_transformer.workflows.runner import held_out, train_task
+    from named_transformer.workflows.tasks import detokenize
 
     run = train_task(args.task, args.model, settings=settings, directory=out,
                      progress=not args.no_progress, resume=args.resume)  # fmt: skip
@@ -319,6 +330,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         held_out,
         load_run,
     )
+    from named_transformer.workflows.tasks import detokenize
 
     default = Path(args.checkpoint).with_name("attention-evaluate.png")
     figure = _checked_figure(args, default)
@@ -347,6 +359,9 @@ def read_input(
 ) -> tuple[str, ...]:
     """The tokens of ``text`` for ``task``, warning on stderr about what the model
     cannot read: characters or words outside its vocabulary, a length it never saw."""
+    from named_transformer.workflows.data import START
+    from named_transformer.workflows.tasks import TASKS, tokenize
+
     tokens, reads = tokenize(task, text), TASKS[task].reads
     if reads == "words":
         unknown = sorted({t for t in tokens if t not in vocabulary.stoi})
@@ -373,6 +388,8 @@ def _within_positions(spec: dict, source: Sequence[str], trained: dict) -> None:
     """Refuse, before decoding, a source longer than the model's positions (its
     ``max_positions``): the answer would be meaningless, and the work quadratic in
     the length (100,000 digits would run for hours)."""
+    from named_transformer.workflows.tasks import TASKS
+
     limit = spec.get("max_positions")
     if limit and len(source) > limit:
         seen = ""
@@ -385,7 +402,9 @@ def _within_positions(spec: dict, source: Sequence[str], trained: dict) -> None:
 
 
 def _decode(args: argparse.Namespace) -> int:
+    from named_transformer.workflows.data import START
     from named_transformer.workflows.runner import decode_examples, load_run
+    from named_transformer.workflows.tasks import detokenize
 
     default = Path(args.checkpoint).with_name("attention-decode.png")
     figure = _checked_figure(args, default)
@@ -437,7 +456,8 @@ def _train_options(train: argparse.ArgumentParser) -> None:
     add = train.add_argument
     add(
         "task",
-        choices=[*sorted(TASKS), "text", "induction"],
+        # every generated task has its recipe (a test checks): their names
+        choices=[*sorted(RECIPES), "text", "induction"],
         help="the generated task, or text: the decoder-only model on real text "
         "(the text options below), or induction: watch an induction head form in "
         "a two-layer attention-only model",
@@ -497,8 +517,6 @@ def _train_options(train: argparse.ArgumentParser) -> None:
         help="continue from OUT/checkpoint.pt (exactly) up to --steps; refused when "
         "there is no checkpoint there",
     )
-    from named_transformer.workflows.text import add_text_options
-
     add_text_options(train)
 
 
@@ -571,9 +589,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
+        from named_transformer.axes import shape_checks  # torch: once parsed
+
         with shape_checks(not args.no_shape_checks):
             status = args.run(args)
-    except (CheckpointError, ValueError, ImportError) as error:  # one line, no trace
+    except (ValueError, ImportError) as error:  # CheckpointError too: one line
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # training commands say what they saved themselves
@@ -582,8 +602,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               else "interrupted while starting; nothing was done",
               file=sys.stderr)  # fmt: skip
         return 130
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    distributed = sys.modules.get("torch.distributed")  # only if a command used it
+    if distributed and distributed.is_available() and distributed.is_initialized():
+        distributed.destroy_process_group()
     return status
 
 

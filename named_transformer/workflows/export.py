@@ -14,10 +14,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from named_transformer.interop.onnx import export_onnx
-from named_transformer.workflows.runner import held_out, load_run
-from named_transformer.workflows.sentiment import _TOKEN, LABELS
-from named_transformer.workflows.tasks import TASKS, detokenize, make_task
+# torch and the runner are imported where they are used: the command line's parser
+# reads add_commands without them (``--help`` answers at once)
 
 __all__ = ["add_commands", "export_checkpoint", "export_minilm", "task_metadata"]
 
@@ -27,6 +25,10 @@ def task_metadata(run: dict[str, Any]) -> dict[str, Any]:
     runner.load_run`: title, example input, tokenizer, longest input, the range of
     lengths trained on (tasks whose lengths are set), labels or the most decoding
     steps."""
+    from named_transformer.workflows.runner import held_out
+    from named_transformer.workflows.sentiment import _TOKEN, LABELS
+    from named_transformer.workflows.tasks import TASKS, detokenize, make_task
+
     spec, vocabulary, data = run["spec"], run["vocabulary"], run["data"]
     task, info = spec["task"], TASKS[spec["task"]]
     lengths = {k: data[k] for k in ("min_len", "max_len")}
@@ -55,6 +57,9 @@ def task_metadata(run: dict[str, Any]) -> dict[str, Any]:
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path) -> dict[str, Any]:
     """Export the model of a ``checkpoint.pt`` written by ``train`` to ``out``."""
+    from named_transformer.interop.onnx import export_onnx
+    from named_transformer.workflows.runner import load_run
+
     run = load_run(checkpoint)
     return export_onnx(run["model"], out, task_metadata(run))
 
@@ -62,6 +67,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path) -> dict[str, Any]
 def export_minilm(out: str | Path, folder: str | Path | None = None) -> dict[str, Any]:
     """Export the packaged all-MiniLM-L6-v2 (or the one in ``folder``) to ``out``,
     with its ``tokenizer.json`` beside it as ``<out stem>.tokenizer.json``."""
+    from named_transformer.interop.onnx import export_onnx
     from named_transformer.pretrained.minilm import load_minilm
 
     encoder = load_minilm(folder)

@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-from named_transformer.contraction import einsum
-
 __all__ = ["add_commands"]
 
 
@@ -41,6 +39,8 @@ def _encoder():
 
 
 def _embed(args: argparse.Namespace) -> int:
+    from named_transformer.contraction import einsum
+
     embeddings = _encoder().encode(args.sentences)
     if args.json:
         rows = [[round(x, 7) for x in row] for row in embeddings.tolist()]

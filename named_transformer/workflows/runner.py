@@ -22,13 +22,19 @@ from torch import nn
 
 from named_transformer.axes import checked
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.variants import SCHEMES, position_scheme
+from named_transformer.models.variants import position_scheme
 from named_transformer.workflows.data import Example, Vocabulary
 from named_transformer.workflows.kinds import (
     MODEL_KINDS,
     AttentionMap,
     NoPositions,
     kind_of,
+)
+from named_transformer.workflows.recipes import (  # numbers the parser reads too
+    PAPER,
+    RECIPES,
+    SIZES,
+    position_choices,
 )
 from named_transformer.workflows.sentiment import negation_contrast_set
 from named_transformer.workflows.tasks import TASKS, make_task, task_vocabulary
@@ -63,43 +69,6 @@ __all__ = [
 ]
 
 KINDS = tuple(MODEL_KINDS)
-SIZES: dict[str, dict[str, int]] = {
-    "tiny": {"layers": 1, "layer": 32, "heads": 2, "hidden": 64},
-    "small": {"layers": 2, "layer": 64, "heads": 4, "hidden": 256},
-    "medium": {"layers": 3, "layer": 128, "heads": 4, "hidden": 512},
-}
-POSITIONS = ("sinusoidal", "learned", "relative", "rotary", "alibi")  # built in
-
-
-def position_choices() -> tuple[str, ...]:
-    """Every ``positions`` a spec may name: the built-in kinds, then any scheme
-    registered later in :data:`~named_transformer.models.variants.SCHEMES`
-    (``"none"``, no positions at all, cannot learn an ordered task: left out)."""
-    later = [kind for kind in SCHEMES if kind not in POSITIONS and kind != "none"]
-    return (*POSITIONS, *later)
-
-
-# --8<-- [start:RECIPES]
-# How each generated task trains well on 2 CPU cores: the command line's defaults.
-# Dropout 0 (these tasks have no noise to overfit to), a learning-rate factor of 0.3
-# (0.1 peaks near the paper's 7e-4 at width 64), early stop once the target holds
-# (copy: on 1,000 validation items in 3 evaluations in a row, so that the rare miss
-# of a model at 99.8% is seen before it stops).
-RECIPES: dict[str, dict[str, Any]] = {
-    "copy": {"size": "tiny", "dropout": 0.0, "factor": 0.3, "steps": 4000,
-             "eval_size": 1000, "patience": 3},
-    "reverse": {"size": "tiny", "dropout": 0.0, "factor": 0.15, "warmup": 200,
-                "steps": 6000},
-    "sort": {"size": "small", "dropout": 0.0, "factor": 0.1, "steps": 6000},
-    "histogram": {"size": "small", "dropout": 0.0, "factor": 0.3, "steps": 10000},
-    "dates": {"size": "small", "dropout": 0.0, "factor": 0.3, "steps": 4000,
-              "target": 0.99},
-    "sentiment": {"size": "small", "dropout": 0.0, "factor": 0.3, "steps": 4000},
-}  # fmt: skip
-# The paper's settings (§5.3, §5.4): dropout 0.1, the schedule's factor 1 and 4,000
-# warm-up steps; slow to train at these sizes.
-PAPER: dict[str, Any] = {"size": "small", "dropout": 0.1, "factor": 1.0, "warmup": 4000}
-# --8<-- [end:RECIPES]
 
 
 # --8<-- [start:RunSettings]

@@ -38,8 +38,12 @@ from torch import Tensor
 
 from named_transformer.axes import checked
 from named_transformer.decoding.search import sample
-from named_transformer.models.config import TransformerConfig
 from named_transformer.models.language_model import LanguageModel
+from named_transformer.workflows.recipes import (  # the parser reads them too
+    LEVELS,
+    TextSettings,
+    text_settings,
+)
 from named_transformer.workflows.training import (
     CheckpointError,
     TrainConfig,
@@ -61,56 +65,6 @@ __all__ = [
     "train_text",
 ]
 
-LEVELS = ("chars", "bytes")
-
-
-# --8<-- [start:TextSettings]
-@dataclass(frozen=True)
-class TextSettings:
-    """The text recipe: model size, context, optimisation, when to stop.
-
-    The defaults train 4 blocks of width 128 (0.8 M parameters, the size of nanoGPT's
-    CPU baby GPT) on 64 characters of context, until the validation loss is
-    ``target`` bits per character.
-    """
-
-    level: str = "chars"  # "chars" or "bytes": what one token is
-    context: int = 64  # |seq|: characters the model reads at once
-    layers: int = 4
-    layer: int = 128  # |layer|
-    heads: int = 4
-    dropout: float = 0.0
-    batch_size: int = 32
-    steps: int = 3000  # at most this many steps
-    warmup: int = 100
-    factor: float = 0.5  # peak learning rate: factor / sqrt(|layer| * warmup)
-    eval_every: int = 50
-    eval_windows: int = 64  # validation windows scored at each evaluation
-    target: float = 2.3  # stop at this validation loss, in bits per character
-    max_seconds: float = 280.0  # ...or after this long (checked every step)
-    sample_every: int = 4  # a sample at the first evaluation, then every 4th (0: none)
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.level not in LEVELS:
-            raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
-        for name in ("context", "layers", "layer", "heads", "batch_size", "steps",
-                     "eval_every", "eval_windows"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.target <= 0 or self.max_seconds <= 0:
-            raise ValueError("target and max_seconds must be positive")
-
-    def config(self) -> TransformerConfig:
-        """The model's config: GPT-2's pre-norm blocks and GELU, at this size."""
-        return TransformerConfig(
-            decoder_layers=self.layers, layer=self.layer, heads=self.heads,
-            hidden=4 * self.layer, dropout=self.dropout, activation="gelu",
-            norm_first=True,
-        )  # fmt: skip
-
-
-# --8<-- [end:TextSettings]
 
 
 @dataclass(frozen=True)
@@ -410,41 +364,6 @@ def generate_from_checkpoint(
         tokens = _continue(model, start, length, settings.context, temperature,
                            generator)  # fmt: skip
     return prompt + codec.decode(tokens)
-
-
-# The command line: `train text` shares the train command's parser (cli.py adds these
-# options to it and hands ``task == "text"`` to train_text_command).
-_FLAGS = {"steps": "steps", "batch_size": "batch_size", "warmup": "warmup",
-          "factor": "factor", "dropout": "dropout", "eval_every": "eval_every",
-          "seed": "seed", "level": "level", "context": "context",
-          "target_bpc": "target", "max_seconds": "max_seconds"}  # fmt: skip
-"""Each flag's dest -> the TextSettings field it sets (``--target-bpc``: ``target``,
-since ``--target`` would set the generated tasks' RunSettings.target too)."""
-
-
-def add_text_options(train: Any) -> None:
-    """The options of ``train text`` (an argparse parser): the corpus, the token level,
-    the context and the validation target; ``--max-seconds`` caps the time (of the
-    generated tasks too)."""
-    defaults = TextSettings()
-    add = train.add_argument
-    add("--corpus", help="text: a UTF-8 file to learn (default: pydoc_data's topics)")
-    add("--level", choices=LEVELS, default=defaults.level,
-        help="text: one token a character or a byte")  # fmt: skip
-    add("--context", type=int, default=defaults.context,
-        help="text: characters the model reads at once")  # fmt: skip
-    add("--target-bpc", type=float, default=defaults.target,
-        help="text: stop at this validation loss, in bits per character")  # fmt: skip
-    add("--max-seconds", type=float, default=None,
-        help=f"stop after this many seconds, checked every step (text: "
-             f"{defaults.max_seconds:g}; the generated tasks: no limit)")  # fmt: skip
-
-
-def text_settings(args: Any) -> TextSettings:
-    """The recipe with every flag of ``args`` that was given (or has a default)."""
-    given = {field: getattr(args, dest) for dest, field in _FLAGS.items()
-             if getattr(args, dest, None) is not None}  # fmt: skip
-    return TextSettings(**given)
 
 
 def train_text_command(args: Any, start: str | None = None) -> int:
