@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from einops import rearrange, reduce, repeat
+from einops import pack, rearrange, reduce, repeat
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -336,7 +336,10 @@ def _batch(
     starts = torch.randint(0, len(corpus) - s.context, (s.text_rows,),
                            generator=generator)  # fmt: skip
     inputs, targets = _windows(corpus, starts, s.context)
-    return (torch.cat([rows[:, :-1], inputs]), torch.cat([rows[:, 1:], targets]))
+    # the random rows, then the text rows, along one batch axis
+    stacked_inputs, _ = pack([rows[:, :-1], inputs], "* seq")
+    stacked_targets, _ = pack([rows[:, 1:], targets], "* seq")
+    return stacked_inputs, stacked_targets
 
 
 def _train(
