@@ -125,6 +125,26 @@ async function wordpieceTokenizer(spec, maxLength, models, fetchJSON) {
   };
 }
 
+// Characters of a fixed alphabet (the induction model): lowercased, one token each,
+// and any character outside the alphabet read as its catch-all symbol (spec.other), as
+// docs/scripts/live_models.py reads them. Only blank text cannot be used; the token
+// chips show which symbol each character became.
+function alphabetTokenizer(spec, maxLength) {
+  const vocabulary = spec.vocabulary;
+  const ids = new Map(vocabulary.map((token, id) => [token, id]));
+  return {
+    label: (id) => vocabulary[id] ?? `#${id}`,
+    encode(text) {
+      if (text.trim() === "") {
+        return { ids: [], tokens: [], problem: "Type some text.", note: "", warning: false };
+      }
+      const source = spec.lowercase === false ? text : text.toLowerCase();
+      const cut = cutTo([...source].map((c) => ids.get(c) ?? spec.other), maxLength, null);
+      return { ...cut, tokens: cut.ids.map((id) => vocabulary[id]), problem: "" };
+    },
+  };
+}
+
 // The tokenizer a sidecar describes. `models`: the URL of the folder holding the sidecar
 // (the tokenizer.json named by a WordPiece sidecar lies beside it).
 export async function makeTokenizer(sidecar, models, fetchJSON) {
@@ -133,6 +153,7 @@ export async function makeTokenizer(sidecar, models, fetchJSON) {
   if (spec.reads === "wordpiece") {
     return wordpieceTokenizer(spec, sidecar.max_length, models, fetchJSON);
   }
+  if (spec.reads === "alphabet") return alphabetTokenizer(spec, sidecar.max_length);
   if (!(spec.reads in READERS)) {
     throw new Error(`${sidecar.name}.json: unknown tokenizer "${spec.reads}"`);
   }
