@@ -187,7 +187,8 @@ def open_widget(context, server: str, pages: dict[str, str], name: str, text=Non
     external: list[str] = []
     errors: list[str] = []
     page = open_page(context, external, errors)
-    page.goto(server + pages.get(name, ""), wait_until="load")
+    # a generous limit: two shared cores may be busy with a docs build
+    page.goto(server + pages.get(name, ""), wait_until="load", timeout=LOAD_MS)
     if name not in pages:
         page.evaluate(
             """([name, text]) => {
@@ -853,6 +854,7 @@ def test_induction_widget_shows_the_circuit(server, site_dir, widget_pages, cont
         (layer_i, head_i): f"head {layer_i}.{head_i}: induction head",
     }, marked
     assert f"head {layer_i}.{head_i} the induction head" in note, note
+    assert f"head {layer_p}.{head_p} is the previous-token head" in note, note
 
     induction = weights[entries[layer_i]["output"]][0, head_i]
     hits, mass = on_the_repeat(induction, period)

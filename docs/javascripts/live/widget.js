@@ -179,7 +179,7 @@ export async function mount(root) {
   // "Every head, one row per layer, named layer.head: head 0.1 is the previous-token
   // head and head 1.1 the induction head (by their scores on repeated random tokens)."
   function allCaption() {
-    const named = roles.map(([r, [l, h]]) => `head ${l}.${h} the ${r} head`);
+    const named = roles.map(([r, [l, h]], i) => `head ${l}.${h}${i ? "" : " is"} the ${r} head`);
     const which = named.length === 0 ? ""
       : `: ${named.slice(0, -1).join(", ")}${named.length > 1 ? " and " : ""}` +
         `${named[named.length - 1]} (by their scores on repeated random tokens)`;
