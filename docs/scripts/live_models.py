@@ -141,17 +141,20 @@ class InductionLive(nt.AttentionOnlyModel):
     onnx_interface = replace(INTERFACES[nt.LanguageModel], kind="language-model")
 
 
-# The characters of the induction model: token i is ALPHABET[i]; the recipe says which
-# (lowercase; any other character is read as the catch-all symbol).
-ALPHABET = getattr(induction, "ALPHABET", "abcdefghijklmnopqrstuvwxyz .")
-OTHER = getattr(induction, "UNKNOWN", ALPHABET[-1])
+# The characters of the induction model: token i is ALPHABET[i], as the recipe reads
+# them (``induction.encode`` where the recipe has one).
+ALPHABET: str = getattr(induction, "ALPHABET", "abcdefghijklmnopqrstuvwxyz .")
 
 
 def read_characters(text: str) -> list[int]:
-    """The induction model's ids of ``text``: lowercased, one per character, any
-    character outside :data:`ALPHABET` read as :data:`OTHER`."""
-    return [ALPHABET.find(c) if c in ALPHABET else ALPHABET.index(OTHER)
-            for c in text.lower()]  # fmt: skip
+    """The induction model's ids of ``text``: the recipe's ``encode``, or, for a
+    recipe without one, letters lowercased, every whitespace the space and every
+    other character ``.``, one token per character."""
+    if hasattr(induction, "encode"):
+        return induction.encode(text).tolist()
+    space, other = ALPHABET.index(" "), ALPHABET.index(".")
+    return [ALPHABET.find(c.lower()) if c.lower() in ALPHABET
+            else space if c.isspace() else other for c in text]  # fmt: skip
 
 
 def induction_model() -> InductionLive:
@@ -199,8 +202,10 @@ def _induction() -> Live:
         "name": "induction", "output": "next",
         "title": "induction heads: a two-layer attention-only model",
         "example": "the cat sat. the cat sat.",
+        # what a character outside the alphabet is read as, asked of the reader
         "tokenizer": {"reads": "alphabet", "vocabulary": list(ALPHABET),
-                      "other": ALPHABET.index(OTHER), "lowercase": True},
+                      "whitespace": read_characters("\t")[0],
+                      "other": read_characters("#")[0], "lowercase": True},
         "max_length": _context(), "roles": head_roles(model),
     }  # fmt: skip
 

@@ -125,21 +125,22 @@ async function wordpieceTokenizer(spec, maxLength, models, fetchJSON) {
   };
 }
 
-// Characters of a fixed alphabet (the induction model): lowercased, one token each,
-// and any character outside the alphabet read as its catch-all symbol (spec.other), as
-// docs/scripts/live_models.py reads them. Only blank text cannot be used; the token
-// chips show which symbol each character became.
+// Characters of a fixed alphabet (the induction model), one token each, read as the
+// recipe reads them (named_transformer/workflows/induction.py, encode): lowercased,
+// any whitespace outside the alphabet as spec.whitespace and any other character as
+// spec.other. Only blank text cannot be used; the chips show what each character became.
 function alphabetTokenizer(spec, maxLength) {
   const vocabulary = spec.vocabulary;
   const ids = new Map(vocabulary.map((token, id) => [token, id]));
+  const read = (c) => ids.get(spec.lowercase === false ? c : c.toLowerCase())
+    ?? (/\s/u.test(c) ? spec.whitespace ?? spec.other : spec.other);
   return {
     label: (id) => vocabulary[id] ?? `#${id}`,
     encode(text) {
       if (text.trim() === "") {
         return { ids: [], tokens: [], problem: "Type some text.", note: "", warning: false };
       }
-      const source = spec.lowercase === false ? text : text.toLowerCase();
-      const cut = cutTo([...source].map((c) => ids.get(c) ?? spec.other), maxLength, null);
+      const cut = cutTo([...text].map(read), maxLength, null);
       return { ...cut, tokens: cut.ids.map((id) => vocabulary[id]), problem: "" };
     },
   };
