@@ -33,6 +33,7 @@ import io
 import json
 import math
 import os
+import random
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -44,12 +45,14 @@ import torch
 from conftest import live_models_script
 from test_site_browser import open_page
 
+import named_transformer as nt
 from named_transformer.workflows.cli import read_input
 from named_transformer.workflows.runner import load_run
 from named_transformer.workflows.tasks import TASKS, date_formats
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ("copy", "reverse", "sort", "dates", "sentiment", "basic", "minilm")
+MODELS = ("copy", "reverse", "sort", "dates", "sentiment", "basic", "minilm",
+          "induction")  # fmt: skip
 WIDTHS = ((390, 844), (1280, 800), (1600, 900))
 TOLERANCE = 1e-4
 LOAD_MS = 120_000  # MiniLM's graph is 90 MB, read and compiled on two shared cores
@@ -184,7 +187,8 @@ def open_widget(context, server: str, pages: dict[str, str], name: str, text=Non
     external: list[str] = []
     errors: list[str] = []
     page = open_page(context, external, errors)
-    page.goto(server + pages.get(name, ""), wait_until="load")
+    # a generous limit: two shared cores may be busy with a docs build
+    page.goto(server + pages.get(name, ""), wait_until="load", timeout=LOAD_MS)
     if name not in pages:
         page.evaluate(
             """([name, text]) => {
@@ -285,6 +289,11 @@ def compare(widget: Widget, live: dict, name: str, spec: dict, text: str,
         assert live["output"] == answer, (
             f"{name}: {text!r}: {live['output']!r} != {answer!r}"
         )
+    elif spec.get("output") == "next":  # the argmax after every token
+        vocabulary = spec["tokenizer"]["vocabulary"]
+        best = outputs[output][0].argmax(-1)
+        answer = "".join(vocabulary[i] for i in best)
+        assert live["output"] == answer, f"{name}: {live['output']!r} != {answer!r}"
     elif spec.get("output") == "tokens":
         # Python decodes up to len(source) + 12 tokens, the page up to the sidecar's
         # max_steps: where the model never says <eos>, only that many can agree.
@@ -344,6 +353,11 @@ def inputs_for(spec: dict[str, Any]) -> dict[str, str]:
         return {"example": example, "longest": " ".join(words[:most]),
                 "beyond": " ".join(words), "non-ascii": "the acting was géniale",
                 "invalid": "the acting was xyzzy"}  # fmt: skip
+    if reads == "alphabet":  # every character is read: only blank text is refused
+        sentence = "the cat sat. " * (most // 13 + 2)
+        return {"example": example, "longest": sentence[:most],
+                "beyond": sentence[: most + 9], "non-ascii": "Naïve café, Zoë! 日本",
+                "invalid": "   "}  # fmt: skip
     # WordPiece: "good" is one piece; [CLS] and [SEP] make two more
     return {"example": example, "longest": " ".join(["good"] * (most - 2)),
             "beyond": " ".join(["good"] * (most + 8)),
@@ -654,7 +668,7 @@ def long_input(spec: dict[str, Any]) -> str:
     reads = tokenizer["reads"]
     if reads == "digits":
         return "".join(str((7 * i + 3) % 10) for i in range(max(500, most + 1)))
-    if reads == "characters":
+    if reads in ("characters", "alphabet"):
         piece = spec["example"] + " "
     elif reads == "words":
         specials = {tokenizer[k] for k in ("pad", "bos", "eos", "unk")}
@@ -757,3 +771,111 @@ def test_widget_reads_odd_input(name, server, site_dir, widget_pages, contexts,
         assert not widget.external, f"requests left the site: {widget.external}"
         assert not widget.errors, f"{name} at {width} px: console: {widget.errors}"
     print(f"{name}: " + "; ".join(report))
+
+
+# --- the induction model: the circuit, on the page -----------------------------------
+
+
+def strongest(found, tokens) -> dict[str, list[int]]:
+    """The best previous-token head of layer 0 and induction head of the last layer,
+    ``[layer, head]``, by the library's scores."""
+    induction = nt.inside.induction_scores(found, tokens).tensor
+    previous = nt.inside.previous_token_scores(found).tensor
+    last = len(induction) - 1
+    return {"previous-token": [0, int(previous[0].argmax())],
+            "induction": [last, int(induction[last].argmax())]}  # fmt: skip
+
+
+def on_the_repeat(weights: np.ndarray, period: int) -> tuple[float, float]:
+    """For the queries of the second copy (``period`` … ``2 period - 1``) of a map
+    ``seq_q seq``: the share whose largest weight is on the token after the earlier
+    occurrence (key ``q - period + 1``), and their mean weight there."""
+    queries = np.arange(period, 2 * period)
+    targets = queries - period + 1
+    hits = float(np.mean(weights[queries].argmax(-1) == targets))
+    return hits, float(weights[queries, targets].mean())
+
+
+def test_induction_widget_shows_the_circuit(server, site_dir, widget_pages, contexts,
+                                            shots) -> None:  # fmt: skip
+    """The page "Watch a circuit form" shows the trained two-layer model. Its sidecar
+    names the previous-token and induction heads that the library's scores pick in
+    Python; the widget draws every head of both layers, named layer.head. Typed a
+    random run of distinct letters and its repeat, the page's weights equal
+    PyTorch's, and on the repeat the induction head (as the page computed it) attends
+    to the token after the earlier occurrence, where an untrained model of the same
+    sizes does not; the previous-token head attends to the token before; the
+    predicted next characters agree with the text on the repeat, not before it."""
+    name = "induction"
+    assert name in widget_pages, "no page shows the induction widget"
+    assert widget_pages[name].startswith("models/induction-heads"), widget_pages[name]
+    spec, ref = sidecar(site_dir, name), reference(name)
+    model, vocabulary = ref.module.model, spec["tokenizer"]["vocabulary"]
+    tokens = nt.inside.repeated_tokens(len(vocabulary), 7, 16, seed=3)
+    with torch.no_grad(), nt.inside.record(model, "*.weights") as found:
+        model(tokens)
+    roles = strongest(found, tokens)
+    assert spec["roles"] == roles, (spec["roles"], roles)
+    (layer_p, head_p), (layer_i, head_i) = roles["previous-token"], roles["induction"]
+
+    period = min(12, spec["max_length"] // 2)
+    letters = [c for c in vocabulary if c.isalpha()]
+    segment = "".join(random.Random(0).sample(letters, period))
+    text = segment + segment
+    widget = open_widget(contexts[1280], server, widget_pages, name)
+    try:
+        assert widget.live()["text"] == spec["example"]  # the page's default input
+        live = widget.type(text)
+        worst = compare(widget, live, name, spec, text)
+        weights = widget.weights()
+        drawn = json.loads(
+            widget.root.locator("canvas").first.get_attribute("data-maps")
+        )
+        chips = widget.root.locator(".nt-live__output .nt-live__token")
+        hit = chips.evaluate_all(
+            "cs => cs.map(c => c.classList.contains('nt-live__hit'))"
+        )
+        note = widget.root.locator(".nt-live__caption").inner_text()
+        widget.shot(shots, "repeat", 1280)
+    finally:
+        widget.page.close()
+    assert not widget.external, f"requests left the site: {widget.external}"
+    assert not widget.errors, f"console errors: {widget.errors}"
+
+    # every head of every layer drawn, named layer.head, the two found ones marked
+    entries = {e["layer"]: e for e in spec["attention"]}
+    every = [(e["layer"], h) for e in spec["attention"] for h in range(e["heads"])]
+    assert [(m["layer"], m["head"]) for m in drawn] == every, drawn
+    for m in drawn:
+        assert m["title"].startswith(f"head {m['layer']}.{m['head']}"), m
+    marked = {(m["layer"], m["head"]): m["title"] for m in drawn if ": " in m["title"]}
+    assert marked == {
+        (layer_p, head_p): f"head {layer_p}.{head_p}: previous-token head",
+        (layer_i, head_i): f"head {layer_i}.{head_i}: induction head",
+    }, marked
+    assert f"head {layer_i}.{head_i} the induction head" in note, note
+    assert f"head {layer_p}.{head_p} is the previous-token head" in note, note
+
+    induction = weights[entries[layer_i]["output"]][0, head_i]
+    hits, mass = on_the_repeat(induction, period)
+    previous = weights[entries[layer_p]["output"]][0, head_p]
+    queries = np.arange(1, 2 * period)
+    before = float(np.mean(previous[queries].argmax(-1) == queries - 1))
+    torch.manual_seed(0)
+    untrained = nt.AttentionOnlyModel(len(vocabulary), len(entries),
+                                      model.embedding.table.shape[-1],
+                                      entries[0]["heads"])  # fmt: skip
+    with torch.no_grad():
+        _, fresh = untrained(torch.tensor([live["ids"]["tokens"]]), need_weights=True)
+    fresh_mass = max(on_the_repeat(w[0, h].numpy(), period)[1]
+                     for w in fresh[1:] for h in range(w.shape[1]))  # fmt: skip
+    agree_before, agree_on = sum(hit[: period - 1]), sum(hit[period - 1 : -1])
+    print(f"induction: {text!r}: page = PyTorch within {worst:.1e}; head "
+          f"{layer_i}.{head_i}: {hits:.0%} of the repeat's queries on the token after "
+          f"the earlier copy, mean weight {mass:.2f} (untrained: {fresh_mass:.2f}); "
+          f"head {layer_p}.{head_p}: {before:.0%} on the token before; next character "
+          f"right {agree_before}/{period - 1} before the repeat, "
+          f"{agree_on}/{period} on it")  # fmt: skip
+    assert hits >= 0.75 and mass >= 0.5 > fresh_mass, (hits, mass, fresh_mass)
+    assert before >= 0.75, before
+    assert agree_on >= agree_before + period // 2, (agree_before, agree_on)

@@ -175,6 +175,9 @@ TEXTS = {
                   "Transformers read every token at once.", "1 2 3", "¿qué?",
                   "The animal didn't cross the street because it was too tired.",
                   "UPPER lower", "tokens, tokens, tokens"],
+    "alphabet": ["the cat sat. the cat sat.", "a", "abcabcabc", "Hello, World!",
+                 "naïve café 日本", "  ", "zzzz", "the end.", "qwerty qwerty",
+                 "1 2 3", "abcdefghijklmnopqrstuvwxyz .", "to be or not to be"],
 }  # fmt: skip
 
 

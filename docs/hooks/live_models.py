@@ -1,10 +1,11 @@
 """MkDocs hook: export the live models to ONNX and serve them from the site.
 
 On the first build this hook runs ``export_all`` of ``docs/scripts/live_models.py``
-(about 40 s on two cores): the workflow checkpoints in
-``docs/scripts/live_checkpoints``, a parameter-free basic self-attention and the
-packaged all-MiniLM-L6-v2, each written by ``named_transformer.export_onnx`` with its
-JSON sidecar. The files are kept in
+(about 40 s on two cores, the induction model up to 35 s more): the workflow
+checkpoints in ``docs/scripts/live_checkpoints``, a parameter-free basic
+self-attention, the packaged all-MiniLM-L6-v2 and the induction model of "Watch a
+circuit form" (``docs/figures/induction/model.pt``), each written by
+``named_transformer.export_onnx`` with its JSON sidecar. The files are kept in
 ``.cache/live-models/<key>/`` (gitignored), where the key hashes the checkpoints and
 the code that exports them, so a later build reuses them; they are added to the site
 as ``assets/live/models/``. The widgets (``docs/javascripts/live/``) load them there.
@@ -31,6 +32,8 @@ def _key(root: Path) -> str:
     package = root / "named_transformer"
     inputs = [
         *sorted((root / "docs" / "scripts" / "live_checkpoints").glob("*.pt")),
+        *sorted((root / "docs" / "figures" / "induction").glob("*.pt")),
+        *sorted((root / "docs" / "figures" / "induction").glob("*.json")),
         root / "docs" / "scripts" / "live_models.py",
         *sorted(package.rglob("*.py")),
     ]

@@ -7,16 +7,19 @@
 figures (``run_workflows.py``, in ``.cache/workflow-runs``) into
 ``docs/scripts/live_checkpoints/`` (committed: model weights and settings, no optimizer
 state, well under 2 MB each). The docs build (``docs/hooks/live_models.py``) exports
-them, a parameter-free basic self-attention and the packaged MiniLM with
-:func:`named_transformer.export_onnx`. The browser tests compare what the page computed
-with :func:`reference`, the same PyTorch models.
+them, a parameter-free basic self-attention, the packaged MiniLM and the two-layer
+attention-only model of "Watch a circuit form" (``docs/figures/induction/model.pt``,
+which ``induction_figures.py`` trains) with :func:`named_transformer.export_onnx`. The
+browser tests compare what the page computed with :func:`reference`, the same PyTorch
+models.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +29,10 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 import named_transformer as nt
+import named_transformer.inside as inside
+import named_transformer.workflows.induction as induction
 from named_transformer.axes import checked
-from named_transformer.interop.onnx import AttentionOutputs, Interface
+from named_transformer.interop.onnx import INTERFACES, AttentionOutputs, Interface
 from named_transformer.workflows.export import export_minilm, task_metadata
 from named_transformer.workflows.runner import decode_examples, load_run
 from named_transformer.workflows.tasks import detokenize, tokenize
@@ -39,7 +44,8 @@ RUNS = ROOT / ".cache" / "workflow-runs"
 # live name -> the workflow run it comes from
 TRAINED = {"copy": "copy", "reverse": "reverse", "sort": "sort-decoder-only",
            "dates": "dates", "sentiment": "sentiment"}  # fmt: skip
-LIVE = (*TRAINED, "basic", "minilm")
+INDUCTION = ROOT / "docs" / "figures" / "induction"
+LIVE = (*TRAINED, "basic", "minilm", "induction")
 
 
 def _basic_call(model: nn.Module, tokens: Tensor, causal: Tensor):
@@ -127,10 +133,97 @@ def _minilm() -> Live:
     return Live(AttentionOutputs(encoder).eval(), {}, ids, lambda text: "")
 
 
+class InductionLive(nt.AttentionOnlyModel):
+    """The attention-only model, exported as a language model that reads the reader's
+    characters once (no decoding loop): its next-token log-probabilities at every
+    position and both layers' weights."""
+
+    onnx_interface = replace(INTERFACES[nt.LanguageModel], kind="language-model")
+
+
+# The characters of the induction model: token i is ALPHABET[i], as the recipe reads
+# them (``induction.encode`` where the recipe has one).
+ALPHABET: str = getattr(induction, "ALPHABET", "abcdefghijklmnopqrstuvwxyz .")
+
+
+def read_characters(text: str) -> list[int]:
+    """The induction model's ids of ``text``: the recipe's ``encode``, or, for a
+    recipe without one, letters lowercased, every whitespace the space and every
+    other character ``.``, one token per character."""
+    if hasattr(induction, "encode"):
+        return induction.encode(text).tolist()
+    space, other = ALPHABET.index(" "), ALPHABET.index(".")
+    return [ALPHABET.find(c.lower()) if c.lower() in ALPHABET
+            else space if c.isspace() else other for c in text]  # fmt: skip
+
+
+def induction_model() -> InductionLive:
+    """The trained model of ``docs/figures/induction/model.pt``, its sizes read off
+    its weights."""
+    state = torch.load(INDUCTION / "model.pt", map_location="cpu", weights_only=True)
+    vocab, layer = state["embedding.table"].shape
+    layers = len({k.split(".")[2] for k in state if k.startswith("blocks.layers.")})
+    heads = state["blocks.layers.0.self_attention.w_q"].shape[0]
+    if vocab != len(ALPHABET):
+        raise ValueError(f"the induction model reads {vocab} tokens, ALPHABET has "
+                         f"{len(ALPHABET)} characters")  # fmt: skip
+    model = InductionLive(vocab, layers, layer, heads)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+@torch.no_grad()
+def head_roles(model: nt.AttentionOnlyModel, period: int = 11) -> dict[str, list[int]]:
+    """The best previous-token head of the first layer and the best induction head of
+    the last, as ``[layer, head]``, by the library's scores on 32 random sequences of
+    ``period`` tokens repeated once."""
+    tokens = inside.repeated_tokens(len(ALPHABET), period, 32, seed=period)
+    with inside.record(model, "*.weights") as found:
+        model(tokens)
+    induction_ = inside.induction_scores(found, tokens).tensor
+    previous = inside.previous_token_scores(found).tensor
+    last = len(induction_) - 1
+    return {"previous-token": [0, int(previous[0].argmax())],
+            "induction": [last, int(induction_[last].argmax())]}  # fmt: skip
+
+
+def _context() -> int:
+    """The length of the rows the induction model was trained on."""
+    try:
+        results = json.loads((INDUCTION / "results.json").read_text())
+        return int(results["two_layers"]["settings"]["context"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return induction.InductionSettings().context
+
+
+def _induction() -> Live:
+    model = induction_model()
+    metadata = {
+        "name": "induction", "output": "next",
+        "title": "induction heads: a two-layer attention-only model",
+        "example": "the cat sat. the cat sat.",
+        # what a character outside the alphabet is read as, asked of the reader
+        "tokenizer": {"reads": "alphabet", "vocabulary": list(ALPHABET),
+                      "whitespace": read_characters("\t")[0],
+                      "other": read_characters("#")[0], "lowercase": True},
+        "max_length": _context(), "roles": head_roles(model),
+    }  # fmt: skip
+
+    def predict(text: str) -> str:
+        with torch.no_grad():
+            log_probs = model(torch.tensor([read_characters(text)]))
+        return "".join(ALPHABET[i] for i in log_probs[0].argmax(-1).tolist())
+
+    return Live(AttentionOutputs(model).eval(), metadata,
+                lambda text: {"tokens": read_characters(text)}, predict)  # fmt: skip
+
+
 def reference(name: str) -> Live:
     """The PyTorch side of live model ``name`` (one of :data:`LIVE`)."""
     if name == "basic":
         return _basic()
+    if name == "induction":
+        return _induction()
     return _minilm() if name == "minilm" else _trained(name)
 
 

@@ -30,24 +30,25 @@ function select(name, options, onChange) {
 }
 
 // entries: the sidecar's attention entries to offer; perHead: one map per head, so no
-// head selector; causal: offer the toggle. Calls onSelect() when the map to show
-// changes, onCausal(flag) when the toggle does, onSave("png" | "svg") on a button.
-export function makeControls({ entries, perHead, causal, onSelect, onCausal, onSave }) {
-  const groups = [...new Set(entries.map((entry) => entry.group))];
+// head selector; all: every head of every entry at once, so no selector at all; causal:
+// offer the toggle. Calls onSelect() when the map to show changes, onCausal(flag) when
+// the toggle does, onSave("png" | "svg") on a button.
+export function makeControls({ entries, perHead, all, causal, onSelect, onCausal, onSave }) {
+  const groups = all ? [] : [...new Set(entries.map((entry) => entry.group))];
   const inGroup = (group) => entries.filter((entry) => entry.group === group);
   const group = select("attention", groups.map((g) => [g, g]), () => {
     layer.fill(layerOptions());
     head.fill(headOptions());
     onSelect();
   });
-  const layerOptions = () => inGroup(group.box.value)
+  const layerOptions = () => (all ? [] : inGroup(group.box.value))
     .map((entry) => [entry.output, `${entry.layer + 1}`]);
   const layer = select("layer", layerOptions(), () => {
     head.fill(headOptions());
     onSelect();
   });
   const current = () => entries.find((entry) => entry.output === layer.box.value);
-  const headOptions = () => Array.from({ length: perHead ? 0 : current().heads },
+  const headOptions = () => Array.from({ length: perHead || all ? 0 : current().heads },
     (_, h) => [`${h}`, `${h + 1}`]);
   const head = select("head", headOptions(), onSelect);
 
@@ -70,12 +71,13 @@ export function makeControls({ entries, perHead, causal, onSelect, onCausal, onS
 
   return {
     node: element("div", { class: "nt-live__controls" }, children),
-    // The entry on show and its heads (every head when one map per head is drawn).
+    // The maps on show, one {entry, head} each: one head, every head of the entry
+    // (perHead), or every head of every entry (all); `entry`: the first one's.
     selection() {
-      const entry = current();
-      const heads = perHead ? Array.from({ length: entry.heads }, (_, h) => h)
-        : [Number(head.box.value)];
-      return { entry, heads };
+      const every = (entry) => Array.from({ length: entry.heads }, (_, h) => ({ entry, head: h }));
+      const panels = all ? entries.flatMap(every)
+        : perHead ? every(current()) : [{ entry: current(), head: Number(head.box.value) }];
+      return { entry: panels[0].entry, panels };
     },
     get causal() {
       return toggle ? toggle.checked : false;

@@ -8,7 +8,7 @@ import { makeTokenizer } from "./tokenize.js";
 // taken relative to this file, which is javascripts/live/model.js under the site root.
 const MODELS = new URL("../../assets/live/models/", import.meta.url);
 const ORT = new URL("../../assets/live/vendor/onnxruntime-web/", import.meta.url);
-const KINDS = ["encoder-decoder", "decoder-only", "classifier", "encoder"];
+const KINDS = ["encoder-decoder", "decoder-only", "classifier", "encoder", "language-model"];
 
 export class LoadError extends Error {}
 
@@ -118,6 +118,12 @@ class Model {
     const inputs = { tokens: ids };
     const outputs = await this.run(inputs, causal);
     const result = outputs[this.output];
+    if (this.kind === "language-model") {
+      // one pass: the most probable next token at every position, no decoding loop
+      const vocab = result.dims[result.dims.length - 1];
+      const predicted = ids.map((_, i) => argmax(result.data, i * vocab, (i + 1) * vocab));
+      return { inputs, outputs, predicted, output: this.join(predicted) };
+    }
     if (this.kind === "classifier") {
       const best = argmax(result.data, 0, result.data.length);
       const labels = this.sidecar.labels ?? [];

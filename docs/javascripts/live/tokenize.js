@@ -125,6 +125,27 @@ async function wordpieceTokenizer(spec, maxLength, models, fetchJSON) {
   };
 }
 
+// Characters of a fixed alphabet (the induction model), one token each, read as the
+// recipe reads them (named_transformer/workflows/induction.py, encode): lowercased,
+// any whitespace outside the alphabet as spec.whitespace and any other character as
+// spec.other. Only blank text cannot be used; the chips show what each character became.
+function alphabetTokenizer(spec, maxLength) {
+  const vocabulary = spec.vocabulary;
+  const ids = new Map(vocabulary.map((token, id) => [token, id]));
+  const read = (c) => ids.get(spec.lowercase === false ? c : c.toLowerCase())
+    ?? (/\s/u.test(c) ? spec.whitespace ?? spec.other : spec.other);
+  return {
+    label: (id) => vocabulary[id] ?? `#${id}`,
+    encode(text) {
+      if (text.trim() === "") {
+        return { ids: [], tokens: [], problem: "Type some text.", note: "", warning: false };
+      }
+      const cut = cutTo([...text].map(read), maxLength, null);
+      return { ...cut, tokens: cut.ids.map((id) => vocabulary[id]), problem: "" };
+    },
+  };
+}
+
 // The tokenizer a sidecar describes. `models`: the URL of the folder holding the sidecar
 // (the tokenizer.json named by a WordPiece sidecar lies beside it).
 export async function makeTokenizer(sidecar, models, fetchJSON) {
@@ -133,6 +154,7 @@ export async function makeTokenizer(sidecar, models, fetchJSON) {
   if (spec.reads === "wordpiece") {
     return wordpieceTokenizer(spec, sidecar.max_length, models, fetchJSON);
   }
+  if (spec.reads === "alphabet") return alphabetTokenizer(spec, sidecar.max_length);
   if (!(spec.reads in READERS)) {
     throw new Error(`${sidecar.name}.json: unknown tokenizer "${spec.reads}"`);
   }

@@ -1,5 +1,7 @@
 // One live widget: <div class="nt-live" data-model="dates" data-text="12 March 2021"
-// data-attention="cross" data-layout="heads" data-causal="true"></div>.
+// data-attention="cross" data-layout="heads" data-causal="true"></div>. data-layout:
+// "heads" draws every head of the chosen layer, "all" every head of every layer (named
+// layer.head, from 0, as the pages name them), otherwise one map is drawn.
 // Typing re-runs the exported model (debounced) and redraws the attention map. What a
 // test needs is on element.ntLive, with state and runs mirrored as data-* attributes.
 
@@ -96,8 +98,15 @@ export async function mount(root) {
   };
   caption(follows ? sidecar.name ?? name : sidecar.title ?? `Live: ${name}`);
   const perHead = root.dataset.layout === "heads";
+  const all = root.dataset.layout === "all";
+  // heads the sidecar names ({"induction": [1, 1], ...}): their maps' titles say so
+  const roles = Object.entries(sidecar.roles ?? {});
+  const role = (entry, h) => roles.filter(([, [l, k]]) => l === entry.layer && k === h)
+    .map(([r]) => r).join(", ");
+  const headName = (entry, h) => `${entry.layer}.${h}`;
   const controls = makeControls({
-    entries: wanted(sidecar, root.dataset.attention), perHead, causal: Boolean(sidecar.causal),
+    entries: wanted(sidecar, root.dataset.attention), perHead, all,
+    causal: Boolean(sidecar.causal),
     onSelect: () => draw(),
     onCausal: () => request(performance.now()),
     onSave: (format) => save(format),
@@ -114,24 +123,29 @@ export async function mount(root) {
     maps.replaceChildren();
     scene = null;
     if (!result) return;
-    const { entry, heads } = controls.selection();
-    const tensor = result.outputs[entry.output];
-    const [, , q, k] = tensor.dims.map(Number);
+    const { entry, panels } = controls.selection();
     const style = pageStyle(root);
     const width = maps.clientWidth || root.clientWidth || 320;
-    // side by side when there is room, wrapped into rows otherwise
-    const across = Math.max(1, Math.min(heads.length, Math.floor((width + GAP) / (MIN_MAP + GAP))));
+    // side by side when there is room, wrapped into rows otherwise (all: one row per
+    // layer when its heads fit)
+    const across = Math.max(1, Math.min(all ? entry.heads : panels.length,
+      Math.floor((width + GAP) / (MIN_MAP + GAP))));
     const each = Math.floor((width - GAP * (across - 1)) / across);
     const placed = [];
     let y = 0;
     let rowHeight = 0;
-    heads.forEach((h, n) => {
+    panels.forEach(({ entry: shown, head: h }, n) => {
+      const tensor = result.outputs[shown.output];
+      const [, , q, k] = tensor.dims.map(Number);
+      const named = role(shown, h);
+      // one map per head: the caption above names the layer, each map its head
+      const title = all ? `head ${headName(shown, h)}${named ? `: ${named} head` : ""}`
+        : perHead ? `head ${h + 1}`
+          : shown.heads > 1 ? `${shown.label}, head ${h + 1}` : shown.label;
       const fig = figure({
-        // one map per head: the caption above names the layer, each map its head
-        title: perHead ? `head ${h + 1}`
-          : entry.heads > 1 ? `${entry.label}, head ${h + 1}` : entry.label,
-        rows: result.labels[entry.queries].map(visible),
-        cols: result.labels[entry.keys].map(visible),
+        title,
+        rows: result.labels[shown.queries].map(visible),
+        cols: result.labels[shown.keys].map(visible),
         values: tensor.data.subarray(h * q * k, (h + 1) * q * k),
         rowAxis: "seq_q", colAxis: "seq",
       }, each, style);
@@ -139,20 +153,37 @@ export async function mount(root) {
         y += rowHeight + GAP;
         rowHeight = 0;
       }
-      placed.push({ figure: fig, dx: (n % across) * (each + GAP), dy: y, head: h });
+      placed.push({ figure: fig, dx: (n % across) * (each + GAP), dy: y, head: h,
+        entry: shown, tensor, q, k, title });
       rowHeight = Math.max(rowHeight, fig.height);
     });
+    const [q, k] = [placed[0].q, placed[0].k];
     const height = y + rowHeight;
     const used = Math.max(...placed.map((p) => p.dx + p.figure.width));
     const canvas = element("canvas", { class: "nt-live__canvas", role: "img",
-      "aria-label": `${entry.label}: attention weights of ${q} queries over ${k} keys` });
+      "aria-label": `${all ? `every head (${placed.length})` : entry.label}: ` +
+        `attention weights of ${q} queries over ${k} keys` });
     canvas.style.width = `${used}px`;
     toCanvas(canvas, placed, used, height, window.devicePixelRatio || 1, style.family);
     if (perHead) maps.append(element("div", { class: "nt-live__caption", text: entry.label }));
-    // where the first map's cells are, in CSS px of the canvas (tests aim at a cell)
+    if (all) maps.append(element("div", { class: "nt-live__caption", text: allCaption() }));
+    // where the first map's cells are, in CSS px of the canvas (tests aim at a cell), and
+    // which maps are drawn, in order
     canvas.dataset.grid = JSON.stringify(placed[0].figure.grid);
+    canvas.dataset.maps = JSON.stringify(placed.map((p) => ({ output: p.entry.output,
+      layer: p.entry.layer, head: p.head, title: p.title })));
     maps.append(canvas);
-    scene = { placed, width: used, height, family: style.family, canvas, entry, q, k, tensor };
+    scene = { placed, width: used, height, family: style.family, canvas };
+  }
+
+  // "Every head, one row per layer, named layer.head: head 0.1 is the previous-token
+  // head and head 1.1 the induction head (by their scores on repeated random tokens)."
+  function allCaption() {
+    const named = roles.map(([r, [l, h]], i) => `head ${l}.${h}${i ? "" : " is"} the ${r} head`);
+    const which = named.length === 0 ? ""
+      : `: ${named.slice(0, -1).join(", ")}${named.length > 1 ? " and " : ""}` +
+        `${named[named.length - 1]} (by their scores on repeated random tokens)`;
+    return `Every head, one row per layer, named layer.head${which}.`;
   }
 
   // Hover (mouse) and tap (touch, pen): the weight under the pointer and its tokens.
@@ -163,14 +194,15 @@ export async function mount(root) {
     const scale = scene.width / (box.width || scene.width);
     const x = (event.clientX - box.left) * scale;
     const y = (event.clientY - box.top) * scale;
-    for (const { figure: fig, dx, dy, head } of scene.placed) {
+    for (const { figure: fig, dx, dy, head, entry, q, k, tensor } of scene.placed) {
       const cell = cellAt(fig.grid, x - dx, y - dy);
       if (!cell) continue;
-      const { entry, q, k, tensor } = scene;
       const weight = tensor.data[head * q * k + cell.i * k + cell.j];
       const query = visible(result.labels[entry.queries][cell.i]);
       const key = visible(result.labels[entry.keys][cell.j]);
-      readout.textContent = `${entry.label}${entry.heads > 1 ? `, head ${head + 1}` : ""}: ` +
+      const which = all ? `head ${headName(entry, head)}`
+        : `${entry.label}${entry.heads > 1 ? `, head ${head + 1}` : ""}`;
+      readout.textContent = `${which}: ` +
         `query “${query}” (seq_q ${cell.i}) → key “${key}” (seq ${cell.j}): ` +
         `weight ${weight.toFixed(4)}`;
       return;
@@ -182,7 +214,8 @@ export async function mount(root) {
   async function save(format) {
     if (!scene) return;
     const { entry } = controls.selection();
-    const stem = `${name}-${entry.output.split(":")[0].replace(/\.weights$/, "")}` +
+    const stem = all ? `${name}-every-head`
+      : `${name}-${entry.output.split(":")[0].replace(/\.weights$/, "")}` +
       (scene.placed.length === 1 && entry.heads > 1 ? `-head${scene.placed[0].head + 1}` : "");
     try {
       await (format === "png" ? savePNG : saveSVG)(scene, stem.replace(/[^\w.-]+/g, "-"));
@@ -284,6 +317,15 @@ export async function mount(root) {
       } else {
         parts.length = 0;
       }
+    } else if (sidecar.kind === "language-model") {
+      // the most probable next token after each one; marked where the text agrees
+      parts[0].textContent = "next (predicted)";
+      const ids = run.inputs.tokens;
+      parts.push(...run.predicted.map((id, i) => element("span", {
+        class: `nt-live__token nt-live__out${id === ids[i + 1] ? " nt-live__hit" : ""}`,
+        title: i + 1 < ids.length ? (id === ids[i + 1] ? "the text agrees" : "the text differs")
+          : "after the last token",
+        text: visible(model.tokenizer.label(id)) })));
     } else {
       parts.push(...chips(run.predicted.map((id) => model.tokenizer.label(id)), "nt-live__out"),
         " → ", element("strong", { text: run.output || "(nothing)" }));
