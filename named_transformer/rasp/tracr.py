@@ -15,7 +15,7 @@ in a :class:`~named_transformer.rasp.model.CompiledModel` with Tracr's residual 
 (its ``residual_labels``), no layer norm (Tracr compiles without), every layer kept
 (an attention or MLP that Tracr leaves empty is all zeros, and stays).
 
-Tracr is an optional dependency: ``pip install 'named_transformer[rasp]'``.
+Tracr is an optional dependency: ``pip install -e '.[rasp]'`` in a clone.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from named_transformer.rasp.program import (
 
 __all__ = ["compile_with_tracr", "from_tracr", "to_tracr"]
 
-_MISSING = "Tracr is not installed: pip install 'named_transformer[rasp]'"
+_MISSING = "Tracr is not installed: pip install -e '.[rasp]' in a clone"
 
 
 def _rasp() -> Any:

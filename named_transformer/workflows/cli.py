@@ -68,7 +68,7 @@ __all__ = [
     "writable_file",
 ]
 
-EXTRA = 'pip install "named_transformer[train]"'
+EXTRA = "pip install -e '.[train]' in a clone"
 
 # The modules that add subcommands after train, evaluate and decode, in the order
 # --help lists them. Each has ``add_commands(commands, formatter) -> list``, which adds
@@ -384,20 +384,33 @@ def read_input(
     return tokens
 
 
+# A model without a position table reads any length, but its attention's work and
+# memory grow with the square of it: beyond this, decode refuses rather than run
+# for hours (100,000 digits would).
+UNTABLED_LIMIT = 4096
+
+
 def _within_positions(spec: dict, source: Sequence[str], trained: dict) -> None:
-    """Refuse, before decoding, a source longer than the model's positions (its
-    ``max_positions``): the answer would be meaningless, and the work quadratic in
-    the length (100,000 digits would run for hours)."""
+    """Refuse, before decoding, a source longer than the model's learned positions
+    (their ``max_positions``; a spec before 0.9 stored it for every scheme), or, with
+    no table, longer than :data:`UNTABLED_LIMIT`."""
+    from named_transformer.workflows.kinds import config_of
     from named_transformer.workflows.tasks import TASKS
 
-    limit = spec.get("max_positions")
-    if limit and len(source) > limit:
+    # the configuration, not the spec's top level: a 0.9 spec keeps its positions
+    # there, and config_of reads the older specs into the same place
+    positions = config_of(spec).positions
+    limit = getattr(positions, "max_positions", None) or spec.get("max_positions")
+    reader = "this model reads"
+    if limit is None:
+        limit = UNTABLED_LIMIT
+        reader = f"decode reads, with {positions.kind} positions,"
+    if len(source) > limit:
         seen = ""
         if TASKS[spec["task"]].lengths:
             seen = f" (it was trained on {trained['min_len']} to {trained['max_len']})"
         raise ValueError(
-            f"the input has {len(source):,} tokens; this model reads at most "
-            f"{limit}{seen}"
+            f"the input has {len(source):,} tokens; {reader} at most {limit:,}{seen}"
         )
 
 
