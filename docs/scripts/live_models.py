@@ -201,7 +201,7 @@ def _induction() -> Live:
     metadata = {
         "name": "induction", "output": "next",
         "title": "induction heads: a two-layer attention-only model",
-        "example": "the cat sat. the cat sat.",
+        "example": "the quick fox. the quick fox.",
         # what a character outside the alphabet is read as, asked of the reader
         "tokenizer": {"reads": "alphabet", "vocabulary": list(ALPHABET),
                       "whitespace": read_characters("\t")[0],
