@@ -28,6 +28,7 @@ from typing import Any
 import named_transformer.models.alibi  # noqa: F401
 import named_transformer.models.relative  # noqa: F401
 import named_transformer.models.rotary  # noqa: F401
+from named_transformer.core.attention import check_groups
 from named_transformer.models.embedding import Sinusoidal
 from named_transformer.models.sublayers import (
     ACTIVATIONS,
@@ -108,13 +109,8 @@ class TransformerConfig:
             raise ValueError(
                 f"attention_block must be positive, got {self.attention_block}"
             )
-        if self.kv_heads is not None and (
-            self.kv_heads < 1 or self.heads % self.kv_heads != 0
-        ):
-            raise ValueError(
-                f"kv_heads={self.kv_heads} must divide heads={self.heads} "
-                "(each key/value head serves heads/kv_heads query heads)"
-            )
+        if self.kv_heads is not None:
+            check_groups(self.heads, self.kv_heads)
         if self.norm not in ("layer", "rms"):
             raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
         if self.feed_forward not in ("plain", "gated"):
