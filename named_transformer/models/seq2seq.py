@@ -30,7 +30,6 @@ real token.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -45,7 +44,7 @@ from named_transformer.core.attention import attend
 from named_transformer.core.masks import padding_mask
 from named_transformer.core.scores import additive_score, dot_score, general_score
 from named_transformer.core.softmax import softmax
-from named_transformer.models.rnn import GRUCell
+from named_transformer.models.rnn import GRUCell, _uniform
 from named_transformer.recording import scope, tap
 
 __all__ = [
@@ -186,11 +185,6 @@ def readout(
 
 
 # --8<-- [end:readout]
-
-
-def _uniform(fan_in: int, *shape: int) -> nn.Parameter:
-    bound = 1.0 / math.sqrt(fan_in)
-    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
 
 def _check_positive(**sizes: int) -> None:
