@@ -160,12 +160,11 @@ def lstm_cell(
 # --8<-- [end:lstm_cell]
 
 
-def _check_sizes(input_size: int, hidden_size: int) -> None:
-    if input_size < 1 or hidden_size < 1:
-        raise ValueError(
-            "input_size and hidden_size must be positive, "
-            f"got {input_size} and {hidden_size}"
-        )
+def _check_positive(**sizes: int) -> None:
+    """One line naming the first size that is not positive."""
+    for name, size in sizes.items():
+        if size < 1:
+            raise ValueError(f"{name} must be a positive size, got {size}")
 
 
 def _uniform(fan: int, *shape: int) -> nn.Parameter:
@@ -181,7 +180,7 @@ class ElmanCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
-        _check_sizes(input_size, hidden_size)
+        _check_positive(input_size=input_size, hidden_size=hidden_size)
         self.w_input = _uniform(hidden_size, hidden_size, input_size)
         self.w_hidden = _uniform(hidden_size, hidden_size, hidden_size)
         self.bias = _uniform(hidden_size, hidden_size)
@@ -206,7 +205,7 @@ class _GatedCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
-        _check_sizes(input_size, hidden_size)
+        _check_positive(input_size=input_size, hidden_size=hidden_size)
         self.w_input = _uniform(hidden_size, self.gates, hidden_size, input_size)
         self.w_hidden = _uniform(hidden_size, self.gates, hidden_size, hidden_size)
         self.b_input = _uniform(hidden_size, self.gates, hidden_size)

@@ -44,7 +44,7 @@ from named_transformer.core.attention import attend
 from named_transformer.core.masks import padding_mask
 from named_transformer.core.scores import additive_score, dot_score, general_score
 from named_transformer.core.softmax import softmax
-from named_transformer.models.rnn import GRUCell, _uniform
+from named_transformer.models.rnn import GRUCell, _check_positive, _uniform
 from named_transformer.recording import scope, tap
 
 __all__ = [
@@ -185,12 +185,6 @@ def readout(
 
 
 # --8<-- [end:readout]
-
-
-def _check_positive(**sizes: int) -> None:
-    for name, size in sizes.items():
-        if size < 1:
-            raise ValueError(f"{name} must be a positive size, got {size}")
 
 
 # --8<-- [start:BidirectionalEncoder]
