@@ -69,7 +69,8 @@ def _sources(sources: list[list[int]], pad: int) -> dict[str, Tensor]:
 
 @dataclass
 class Batch(_Sources):
-    """A padded encoder–decoder batch.
+    """A padded encoder–decoder batch: ``source`` and ``source_lengths``, then the
+    targets.
 
     ``target_in`` = ``<bos>`` + target (teacher forcing), ``target_out`` = target +
     ``<eos>``, padded with ``<pad>`` (ignored by the loss).
@@ -167,7 +168,8 @@ def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
 
 @dataclass
 class ClassifyBatch(_Sources):
-    """A padded classification batch: token ids, their lengths, one label id per row."""
+    """A padded classification batch: token ids (``source``), their lengths
+    (``source_lengths``), one label id per row."""
 
     labels: Int[Tensor, " batch"]
 
