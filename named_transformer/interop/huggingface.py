@@ -520,6 +520,9 @@ def from_huggingface(
     )  # fmt: skip
 
 
+# --8<-- [end:from_huggingface]
+
+
 def family_of(config: Mapping) -> _Family:
     """The conversion of ``config["model_type"]``, or a ValueError naming it."""
     family = _FAMILIES.get(config.get("model_type"))
@@ -531,6 +534,7 @@ def family_of(config: Mapping) -> _Family:
     return family
 
 
+# --8<-- [start:convert_checkpoint]
 @checked
 def convert_checkpoint(
     config: Mapping,
@@ -582,7 +586,8 @@ def convert_checkpoint(
         raise ValueError(f"the checkpoint leaves {unset[0]!r} unset")
     return ours
 
-# --8<-- [end:from_huggingface]
+
+# --8<-- [end:convert_checkpoint]
 
 
 _REFUSED = "does not convert to transformers"

@@ -755,13 +755,13 @@ class MultiHeadAttention(CountsParameters, nn.Module):
     def _stackable(self) -> bool:  # 0.4.0's name, which tests and callers read
         return self.named_weights().stackable
 
-    # --8<-- [start:forward]
     def variant(self, need_weights: bool = False) -> AttentionVariant:
         """The parts of one call: the position scheme, and the core (materialising
         when the weights are asked for)."""
         core = MATERIALISE if need_weights else self.core
         return AttentionVariant(self.position_scheme(), core)
 
+    # --8<-- [start:forward]
     @checked
     def forward(
         self,
