@@ -599,7 +599,7 @@ def zero_bias(learned: bool, *shape: int) -> nn.Parameter | None:
     return nn.Parameter(torch.zeros(*shape)) if learned else None
 
 
-def _core_option(fused: bool, block: int | None, materialise: bool = False) -> Core:
+def chosen_core(fused: bool, block: int | None, materialise: bool = False) -> Core:
     """``MultiHeadAttention``'s core when no weights are asked for: the one its
     options name, else chosen for each call (:data:`AUTOMATIC`)."""
     named = [
@@ -670,8 +670,10 @@ class MultiHeadAttention(CountsParameters, nn.Module):
 
     The module holds the parameters and the parts: :attr:`positions` and the core
     (from ``fused``, ``block`` and ``materialise``); :meth:`forward` runs the one
-    pipeline. A pair the pipeline cannot run (relative positions, which need the
-    weights, on the fused or blockwise core) is refused in one line.
+    pipeline. Options no weights can take are refused by :func:`check_options`, and a
+    pair the pipeline cannot run (relative positions, which need the weights, on the
+    fused or blockwise core) by
+    :func:`~named_transformer.models.variants.check_variant`, each in one line.
     """
 
     def __init__(
@@ -705,7 +707,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         self.key, self.val = key, val  # the widths of one head
         self.memory, self.value_memory = memory, value_memory
         self.dropout, self.fused, self.block = dropout, fused, block
-        self.core = _core_option(fused, block, materialise)
+        self.core = chosen_core(fused, block, materialise)
         self.w_q = glorot_uniform(heads, layer, key, fan_in=layer)
         self.w_k = glorot_uniform(kv_heads, memory, key, fan_in=memory)
         self.w_v = glorot_uniform(kv_heads, value_memory, val, fan_in=value_memory)
