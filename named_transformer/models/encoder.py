@@ -37,7 +37,6 @@ from named_transformer.models.sublayers import (
 __all__ = ["Encoder", "EncoderLayer"]
 
 
-# --8<-- [start:EncoderLayer]
 def _recording(
     attention: nn.Module, found: list[Tensor], need_weights: bool
 ) -> Callable[..., Tensor]:
@@ -82,6 +81,7 @@ def layer_config(
     return TransformerConfig(layer=layer, heads=heads, hidden=hidden, **options)
 
 
+# --8<-- [start:EncoderLayer]
 class EncoderLayer(CountsParameters, nn.Module):
     r"""Self-attention then feed-forward, each in a residual sublayer.
 

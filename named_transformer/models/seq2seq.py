@@ -425,7 +425,6 @@ def _truncate_after_eos(tokens: Tensor, eos: int | None, pad: int) -> Tensor:
     return tokens.masked_fill(after, pad)
 
 
-# --8<-- [start:BahdanauSeq2Seq]
 @dataclass(frozen=True)
 class SpecialTokens:
     """The ids of the tokens a sequence-to-sequence model treats apart: ``bos`` starts
@@ -469,6 +468,7 @@ class _Seq2Seq(nn.Module):
         return _truncate_after_eos(tokens, self.eos, self.pad)
 
 
+# --8<-- [start:BahdanauSeq2Seq]
 class BahdanauSeq2Seq(_Seq2Seq):
     r"""Bidirectional GRU encoder + attention decoder (Bahdanau et al., 2015).
 

@@ -132,6 +132,9 @@ class Transformer(CountsParameters, nn.Module):
         embedded = self.positions(self.source_embedding(source))
         return self.stacks.encoder(embedded, source_mask, need_weights=need_weights)
 
+    # --8<-- [end:Transformer]
+
+    # --8<-- [start:decode]
     @checked
     def decode(
         self,
@@ -170,6 +173,9 @@ class Transformer(CountsParameters, nn.Module):
             return self.generator(hidden), self_weights, cross_weights
         return self.generator(decoded)
 
+    # --8<-- [end:decode]
+
+    # --8<-- [start:forward]
     @checked
     def forward(
         self,
@@ -196,5 +202,4 @@ class Transformer(CountsParameters, nn.Module):
         )
         return log_probs, _by_kind(encoder_weights, self_weights, cross_weights)
 
-
-# --8<-- [end:Transformer]
+    # --8<-- [end:forward]
