@@ -30,7 +30,9 @@ section prints its own ``... FAILED`` line and the section goes on):
    checks off. The ratio is ours / PyTorch's.
 4. ``smollm2-device``: SmolLM2-135M-Instruct read from its GGUF file by
    ``load_gguf`` and by ``transformers`` (``AutoModelForCausalLM.from_pretrained(folder,
-   gguf_file=...)``, which needs the ``gguf`` package), float32, both on the device.
+   gguf_file=...)``, which needs the ``gguf`` and ``accelerate`` packages; where it
+   fails, the line says so and the reference is transformers' ``LlamaForCausalLM``
+   holding our weights, by ``to_huggingface``), float32, both on the device.
    The chat prompt "What is the capital of Japan?" through our chat template: both
    models' greedy answers (up to the end-of-turn token, at most 32), which must be
    identical; then prefill of a 256-token prompt and the time per decoded token (32
@@ -45,14 +47,16 @@ section prints its own ``... FAILED`` line and the section goes on):
 package, found without importing it). ``--out PATH``: the results as JSON, rewritten
 after every section (default ``$OUT/device.json`` when ``OUT`` is set). ``--budget``:
 seconds for the whole run (default 300): section 5 skips what would not fit, and says
-so. ``--quick``: tiny sizes and 1-3 repeats, so that all five run on a CPU in about a
-minute (``--device cpu``); without ``--gguf`` it then runs sections 4 and 5 on a tiny
-random Llama (converted by ``to_huggingface``) and skips the time to first token.
-Its numbers mean nothing.
+so. ``--sections``: which to run (comma-separated names). ``--quick``: tiny sizes and
+1-2 repeats, so that all five run on an idle CPU in a minute or two
+(``--device cpu``); without ``--gguf`` it then runs sections 4 and 5 on a tiny
+random Llama (converted by ``to_huggingface``), skips the time to first token and
+compiles with the ``eager`` backend. Its numbers mean nothing. The exit status is 1
+when anything failed.
 
-On the GPU machine the package is not installed: run from the repository root with
-``PYTHONPATH=.``; it needs torch, einops, jaxtyping, beartype, transformers, tokenizers,
-gguf and jinja2 (the chat template).
+The package need not be installed: run from the repository root with ``PYTHONPATH=.``.
+It needs torch, einops, jaxtyping, beartype, transformers, tokenizers, jinja2 (the chat
+template), gguf and accelerate; a C++ compiler for the compiled decoder.
 """
 
 from __future__ import annotations
@@ -301,10 +305,12 @@ def _attention_equality(run: Run, dtype: torch.dtype, seq: int) -> dict:
     }
     reference = _outputs_and_gradients(sdpa, leaves(dtype), upstream.to(dtype))
     exact = _outputs_and_gradients(sdpa, leaves(torch.float64), upstream.double())
-    sdpa_error = max(
-        _difference(r, e)[0] for r, e in zip(reference, exact, strict=True)
-    )
-    del exact
+
+    def error(tensors: list[torch.Tensor]) -> float:
+        """The largest |difference| from the float64 SDPA over the four tensors."""
+        return max(_difference(t, e)[0] for t, e in zip(tensors, exact, strict=True))
+
+    sdpa_error = error(reference)
     results = {}
     names = ["output", "d queries", "d keys", "d values"]
     tolerance = TOLERANCE[dtype]
@@ -317,12 +323,14 @@ def _attention_equality(run: Run, dtype: torch.dtype, seq: int) -> dict:
                 worst = {"tensor": name, "difference": difference, "scale": scale,
                          "ratio": difference / scale}  # fmt: skip
         passed = worst["ratio"] <= tolerance
-        label = f"{core} {str(dtype).removeprefix('torch.')} seq {seq}"
+        ours_error = error(ours)
+        label = f"{core} {_short(dtype)} seq {seq}"
         print(f"{label}: max|Δ| {worst['difference']:.2e} vs SDPA ({worst['tensor']}; "
-              f"tol {tolerance:g} × max|SDPA| {worst['scale']:.2f}); SDPA vs float64 "
-              f"{sdpa_error:.2e}: {'PASS' if passed else 'FAIL'}",
-              flush=True)  # fmt: skip
+              f"tol {tolerance:g} × max|SDPA| {worst['scale']:.2f}); vs float64: ours "
+              f"{ours_error:.2e}, SDPA {sdpa_error:.2e}: "
+              f"{'PASS' if passed else 'FAIL'}", flush=True)  # fmt: skip
         results[label] = {**worst, "tolerance": tolerance, "passed": passed,
+                          "ours_vs_float64": ours_error,
                           "sdpa_vs_float64": sdpa_error}  # fmt: skip
         del ours
     return results
