@@ -29,7 +29,6 @@ from named_transformer.workflows.tasks import TASKS, TaskInfo
 __all__ = ["RunSpec", "config_of", "kind_for"]
 
 
-# --8<-- [start:RunSpec]
 @dataclass(frozen=True)
 class RunSpec:
     """Which model a run trains: a ``kind`` that can learn ``task``, of the
@@ -69,9 +68,6 @@ class RunSpec:
             vocab=stored["vocab"], config=config_of(stored),
             max_positions=stored.get("max_positions"),  # before 0.9, or read from one
         )  # fmt: skip
-
-
-# --8<-- [end:RunSpec]
 
 
 def kind_for(task: str, name: str | None = None) -> ModelKind:
