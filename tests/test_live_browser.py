@@ -566,7 +566,7 @@ def cli_warning(name: str, text: str) -> str:
     assert run is not None
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
-        read_input(run["spec"]["task"], text, run["vocabulary"], run["data"])
+        read_input(run["spec"].task, text, run["vocabulary"], run["data"])
     return stderr.getvalue().strip()
 
 
@@ -578,7 +578,7 @@ def test_sidecars_carry_the_trained_lengths(site_dir) -> None:
     checkpoint's task settings do; the others say nothing of a range."""
     for name in MODELS:
         spec, run = sidecar(site_dir, name), trained_run(name)
-        ranged = run is not None and TASKS[run["spec"]["task"]].lengths
+        ranged = run is not None and TASKS[run["spec"].task].lengths
         assert ranged == (name in RANGED), name
         if name in RANGED:
             assert run is not None

@@ -462,12 +462,13 @@ def test_models_transformers_cannot_express_say_why():
 
 def test_the_model_kinds_build_the_same_block_from_a_spec():
 
-    from named_transformer.workflows.kinds import kind_of
+    from named_transformer.workflows.spec import RunSpec
 
     config = nt.TransformerConfig.llama(layer=12, heads=6, kv_heads=3, hidden=20,
                                         decoder_layers=2, qkv_bias=True)  # fmt: skip
-    spec = {"kind": "decoder-only", "vocab": 13, "config": config.to_dict()}
-    built = kind_of("decoder-only").build(spec)
+    spec = RunSpec.from_dict({"task": "copy", "kind": "decoder-only", "size": "tiny",
+                              "vocab": 13, "config": config.to_dict()})  # fmt: skip
+    built = spec.kind.build(spec)
     direct = nt.LanguageModel(13, config)
     shapes = {name: p.shape for name, p in direct.named_parameters()}
     assert {name: p.shape for name, p in built.named_parameters()} == shapes

@@ -93,8 +93,8 @@ class Live:
 
 def _trained(name: str) -> Live:
     run = load_run(CHECKPOINTS / f"{name}.pt")
-    task, vocabulary = run["spec"]["task"], run["vocabulary"]
-    kind = run["spec"]["kind"]
+    task, vocabulary = run["spec"].task, run["vocabulary"]
+    kind = run["spec"].kind.name
 
     def ids(text: str) -> dict[str, list[int]]:
         source = vocabulary.encode(tokenize(task, text))

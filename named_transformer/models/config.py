@@ -177,5 +177,5 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any]) -> TransformerConfig:
         """The configuration :meth:`to_dict` wrote (a checkpoint's before 0.9 is
-        read by :func:`~named_transformer.workflows.kinds.config_of`)."""
+        read by :func:`~named_transformer.workflows.spec.config_of`)."""
         return cls(**stored)
