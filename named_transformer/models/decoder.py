@@ -32,7 +32,11 @@ from named_transformer.models.encoder import (
 )
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
-from named_transformer.models.sublayers import Residual, build_feed_forward
+from named_transformer.models.sublayers import (
+    Residual,
+    build_feed_forward,
+    feed_forward_sublayer,
+)
 from named_transformer.models.variants import NO_SCHEME
 
 __all__ = ["Decoder", "DecoderLayer"]
@@ -74,7 +78,9 @@ class DecoderLayer(CountsParameters, nn.Module):
         )  # fmt: skip
         self.self_attention_residual = Residual.of(c)
         self.cross_attention_residual = Residual.of(c)
-        self.feed_forward_residual = Residual.of(c)
+        self.feed_forward_residual = None if self.feed_forward is None else (
+            Residual.of(c)
+        )
 
     @checked
     def forward(
@@ -116,7 +122,7 @@ class DecoderLayer(CountsParameters, nn.Module):
 
         hidden = self.self_attention_residual(inputs, self_attend)
         hidden = self.cross_attention_residual(hidden, cross_attend)
-        outputs = self.feed_forward_residual(hidden, self.feed_forward)
+        outputs = feed_forward_sublayer(self, hidden)
         return (outputs, found[0], found[1]) if need_weights else outputs
 
 
