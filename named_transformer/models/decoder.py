@@ -32,11 +32,7 @@ from named_transformer.models.encoder import (
 )
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
-from named_transformer.models.sublayers import (
-    Residual,
-    build_feed_forward,
-    feed_forward_sublayer,
-)
+from named_transformer.models.sublayers import Residual, build_feed_forward
 from named_transformer.models.variants import NO_SCHEME
 
 __all__ = ["Decoder", "DecoderLayer"]
@@ -121,8 +117,9 @@ class DecoderLayer(CountsParameters, nn.Module):
             )
 
         hidden = self.self_attention_residual(inputs, self_attend)
-        hidden = self.cross_attention_residual(hidden, cross_attend)
-        outputs = feed_forward_sublayer(self, hidden)
+        outputs = self.cross_attention_residual(hidden, cross_attend)
+        if self.feed_forward is not None:  # None: no feed-forward sublayer
+            outputs = self.feed_forward_residual(outputs, self.feed_forward)
         return (outputs, found[0], found[1]) if need_weights else outputs
 
 

@@ -32,7 +32,6 @@ from named_transformer.models.sublayers import (
     RMSNorm,
     build_feed_forward,
     build_norm,
-    feed_forward_sublayer,
 )
 
 __all__ = ["Encoder", "EncoderLayer"]
@@ -147,8 +146,9 @@ class EncoderLayer(CountsParameters, nn.Module):
                 x, mask=mask, **_biased(score_bias=score_bias)
             )
 
-        hidden = self.attention_residual(inputs, self_attend)
-        outputs = feed_forward_sublayer(self, hidden)
+        outputs = self.attention_residual(inputs, self_attend)
+        if self.feed_forward is not None:  # None: an attention-only block
+            outputs = self.feed_forward_residual(outputs, self.feed_forward)
         return (outputs, found[0]) if need_weights else outputs
 
 

@@ -61,7 +61,6 @@ __all__ = [
     "Residual",
     "build_feed_forward",
     "build_norm",
-    "feed_forward_sublayer",
 ]
 
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
@@ -121,7 +120,7 @@ class RMSNorm(nn.Module):
         return tap("normalised", rms_norm(inputs, self.gamma, self.eps), "*batch layer")
 
 
-NormKind = Literal["layer", "rms", None]
+NormKind = Literal["layer", "rms", None]  # allow-raw: a Literal choice, not indexing
 
 
 def build_norm(
@@ -245,7 +244,7 @@ class GatedFeedForward(_Activated):
         )  # fmt: skip
 
 
-FeedForwardKind = Literal["plain", "gated", None]
+FeedForwardKind = Literal["plain", "gated", None]  # allow-raw: a Literal choice
 
 
 def build_feed_forward(
@@ -328,14 +327,6 @@ class Residual(nn.Module):
 
     def _drop(self, outputs: Tensor) -> Tensor:
         return dropout(outputs, self.dropout, self.training)
-
-
-def feed_forward_sublayer(layer: nn.Module, hidden: Tensor) -> Tensor:
-    """A layer's feed-forward in its residual sublayer, applied to ``hidden``:
-    ``hidden`` itself where the layer has none (``feed_forward=None``)."""
-    if layer.feed_forward is None:
-        return hidden
-    return layer.feed_forward_residual(hidden, layer.feed_forward)
 
 
 # --8<-- [end:Residual]
