@@ -130,9 +130,10 @@ class TransformerConfig:
             )
 
     def _refuse_options_of_absent_parts(self) -> None:
-        """An option of the norm or of the feed-forward, set where there is none, is
-        refused: it would reach no module."""
-        if self.feed_forward is None and self.activation != "relu":
+        """An option of the norm or of the feed-forward moved off its default where
+        there is none is refused: it would reach no module."""
+        default = type(self)  # a dataclass keeps the fields' defaults on the class
+        if self.feed_forward is None and self.activation != default.activation:
             raise ValueError(
                 f"activation={self.activation!r} is the feed-forward's, and "
                 "feed_forward=None builds none"
@@ -140,7 +141,7 @@ class TransformerConfig:
         if self.norm is None:
             for name, moved in (("norm_first", self.norm_first),
                                 ("final_norm", self.final_norm),
-                                ("eps", self.eps != 1e-5)):  # fmt: skip
+                                ("eps", self.eps != default.eps)):  # fmt: skip
                 if moved:
                     raise ValueError(
                         f"{name}={getattr(self, name)!r} is an option of the "
