@@ -221,9 +221,11 @@ def test_attention_only_options_of_absent_parts_are_refused_in_one_line():
     ]
 
 
-def test_the_logit_lens_of_an_attention_only_model_ends_at_its_output():
-    """Its residual stream ends with the last attention sublayer's output (there is
-    no feed-forward), which, with no final norm, the generator reads as it is."""
+def test_the_logit_lens_and_attribution_of_an_attention_only_model_add_up():
+    r"""Its residual stream ends with the last attention sublayer's output (there is
+    no feed-forward), which, with no final norm, the generator reads as it is; and
+    with no norm anywhere the heads' direct logit attributions sum to what the
+    layers added to each token's logit, $E_t \cdot (X^L - X^0)$."""
     torch.manual_seed(0)
     model = nt.LanguageModel(
         12, nt.TransformerConfig.attention_only(decoder_layers=2, layer=16, heads=2)
@@ -231,9 +233,13 @@ def test_the_logit_lens_of_an_attention_only_model_ends_at_its_output():
     tokens = nt.repeated_tokens(12, 5, 2)
     with torch.no_grad(), nt.record(model) as found:
         log_probs = model(tokens)
-    lens = nt.logit_lens(model, found)
+        lens = nt.logit_lens(model, found)
+        shares = nt.direct_logit_attribution(model, found, tokens).tensor
     assert lens.tensor.shape[0] == 3  # X^0, X^1, X^2
     torch.testing.assert_close(lens.tensor[-1], log_probs)
+    stream = nt.residual_stream(found).tensor
+    added = (model.generator.table[tokens] * (stream[-1] - stream[0])).sum(-1)
+    torch.testing.assert_close(shares.sum((0, 1)), added)
 PAGE = Path(__file__).resolve().parents[1] / "docs/models/induction-heads.md"
 
 
