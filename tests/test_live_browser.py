@@ -862,9 +862,10 @@ def test_induction_widget_shows_the_circuit(server, site_dir, widget_pages, cont
     queries = np.arange(1, 2 * period)
     before = float(np.mean(previous[queries].argmax(-1) == queries - 1))
     torch.manual_seed(0)
-    untrained = nt.AttentionOnlyModel(len(vocabulary), len(entries),
-                                      model.embedding.table.shape[-1],
-                                      entries[0]["heads"])  # fmt: skip
+    untrained = nt.LanguageModel(len(vocabulary), nt.TransformerConfig.attention_only(
+        decoder_layers=len(entries), layer=model.embedding.table.shape[-1],
+        heads=entries[0]["heads"],
+    ))  # fmt: skip
     with torch.no_grad():
         _, fresh = untrained(torch.tensor([live["ids"]["tokens"]]), need_weights=True)
     fresh_mass = max(on_the_repeat(w[0, h].numpy(), period)[1]

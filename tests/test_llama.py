@@ -112,9 +112,11 @@ def test_wrong_shapes_name_the_argument():
 
 
 def test_unknown_kinds_are_refused_in_one_line():
-    with pytest.raises(ValueError, match="norm must be 'layer' or 'rms', got 'batch'"):
+    with pytest.raises(ValueError,
+                       match="norm must be 'layer', 'rms' or None, got 'batch'"):
         nt.TransformerConfig(norm="batch")
-    with pytest.raises(ValueError, match="feed_forward must be 'plain' or 'gated'"):
+    with pytest.raises(ValueError,
+                       match="feed_forward must be 'plain', 'gated' or None"):
         nt.TransformerConfig(feed_forward="glu")
     with pytest.raises(ValueError, match=r"positions must be one of \[.*'rotary'"):
         nt.LanguageModel(11, nt.TransformerConfig(layer=8, heads=2, hidden=8),
@@ -485,8 +487,14 @@ def test_the_llama_block_compiles_whole_with_checks_off():
         assert (compiled(batch) - model(batch)).abs().max() <= 1e-6
 
 
-@pytest.mark.parametrize("option", [dict(norm="rms"), dict(feed_forward="gated")])
+@pytest.mark.parametrize(
+    "option",
+    [dict(norm="rms"), dict(feed_forward="gated"), dict(norm=None),
+     dict(feed_forward=None)],
+)  # fmt: skip
 def test_pytorch_layers_have_neither_and_say_so(option):
+    (name, value), = option.items()
+    said = f"^PyTorch's Transformer layers have a .*, not {name}={value!r}$"
     for layer_type in (nt.EncoderLayer, nt.DecoderLayer):
-        with pytest.raises(ValueError, match="^PyTorch's Transformer layers have no"):
+        with pytest.raises(ValueError, match=said):
             nt.to_torch(layer_type(8, 2, 16, **option))
