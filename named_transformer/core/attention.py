@@ -107,6 +107,7 @@ def attend(
 
 # --8<-- [start:attention]
 @checked
+@fast.stand_in(fast.attention, where=fast.fused_kernel_computes)
 def attention(
     queries: Float[Tensor, "*batch seq_q key"],
     keys: Float[Tensor, "*#batch seq key"],
