@@ -128,7 +128,9 @@ def attention(
     without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory, by the rule
     the modules' automatic core asks too
     (:data:`~named_transformer.core.blockwise.AUTOMATIC_RULE`).
-    ``attend(attention_weights(...), values)`` always materialises.
+    ``attend(attention_weights(...), values)`` always materialises. A call that
+    PyTorch's fused kernel computes the same runs it instead
+    (:func:`~named_transformer.core.fast.fused_kernel_computes`; tests/test_fast.py).
     """
     block = AUTOMATIC_RULE.block(queries, keys, mask)  # None: materialise
     if block is not None:  # the same function, a block of scores at a time
