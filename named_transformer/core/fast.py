@@ -30,6 +30,7 @@ the same way; the Performance page lists them all.)
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -74,16 +75,19 @@ def stand_in(
 ) -> Callable[[_F], _F]:
     """Mark the decorated equation as computed by ``faster``, the same function
     computed faster (a test checks the two equal): ``checked`` checks a call by the
-    equation's annotations and runs ``faster``; with ``where``, only the calls whose
-    arguments it accepts, the others run the equation. The checked function keeps the
-    equation's own body as ``.equation``."""
+    equation's annotations and runs ``faster``; with ``where`` (a test of this
+    module), only the calls whose arguments it accepts, the others run the equation.
+    The checked function keeps the equation's own body as ``.equation``."""
 
     def mark(equation: _F) -> _F:
         runs = faster
         if where is not None:
+            module, test = sys.modules[__name__], where.__name__
 
             def runs(*args, **kwargs):  # type: ignore[no-redef]
-                chosen = faster if where(*args, **kwargs) else equation
+                # the test looked up at each call: nt.exercises.use switches it off
+                accepts = getattr(module, test)(*args, **kwargs)
+                chosen = faster if accepts else equation
                 return chosen(*args, **kwargs)
 
         equation.faster = runs  # type: ignore[attr-defined]
