@@ -2,7 +2,12 @@
 function (values and gradients, float64) for each kind of mask, fully masked rows
 included; the rule picks blockwise only from ``CROSSOVER`` queries and keys (from
 ``FULL_CROSSOVER`` when no whole tile is hidden), never for weights, value terms or
-dropout; the explicit options override it."""
+dropout; the explicit options override it.
+
+``nt.attention``'s own rule is its equation's body (``nt.attention.equation``): a plain
+call that PyTorch's fused kernel computes (no bias, no mask, a padding mask or the
+causal rule, on the CPU) runs that kernel instead, tested equal in
+``tests/test_fast.py``."""
 
 import pytest
 import torch
@@ -138,13 +143,17 @@ def test_nt_attention_equals_the_materialising_path(kind, blockwise_calls):
     torch.manual_seed(0)
     mask = masks()[kind]
     q, k, v = inputs()
-    ours, our_grads, grad = values_and_gradients(nt.attention(q, k, v, mask), (q, k, v))
+    ours, our_grads, grad = values_and_gradients(
+        nt.attention.equation(q, k, v, mask), (q, k, v)
+    )
     assert blockwise_calls, "the long call did not take the blockwise path"
     theirs = materialised(q, k, v, mask)
     their_grads = torch.autograd.grad(theirs, (q, k, v), grad)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
     for a, b in zip(our_grads, their_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+    # the plain call, whichever runs it (the fused kernel for none, causal, padding)
+    torch.testing.assert_close(nt.attention(q, k, v, mask), theirs, rtol=0, atol=1e-12)
     if kind == "fully-masked-rows":
         assert not ours.isnan().any()
         assert ours[..., 3, :].abs().max() == 0
@@ -159,7 +168,7 @@ def test_nt_attention_equals_pytorchs_kernel(kind):
     q, k, v = (x.detach() for x in inputs())
     mask = masks()[kind]
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    torch.testing.assert_close(nt.attention(q, k, v, mask), expected)
+    torch.testing.assert_close(nt.attention.equation(q, k, v, mask), expected)
 
 
 def test_nt_attention_with_a_score_bias(blockwise_calls):
@@ -183,7 +192,7 @@ def test_nt_attention_with_a_score_bias(blockwise_calls):
 
 def test_short_calls_materialise(blockwise_calls):
     q, k, v = inputs(CROSSOVER - 1, CROSSOVER - 1)
-    nt.attention(q, k, v, nt.causal_mask(CROSSOVER - 1))
+    nt.attention.equation(q, k, v, nt.causal_mask(CROSSOVER - 1))
     assert not blockwise_calls
 
 
@@ -198,8 +207,9 @@ def test_a_call_that_computes_every_tile_crosses_later(kind, blockwise_calls):
     q, k, v = inputs(BETWEEN, BETWEEN)
     mask = masks(BETWEEN, BETWEEN)[kind]
     torch.testing.assert_close(
-        nt.attention(q, k, v, mask), materialised(q, k, v, mask), rtol=0, atol=1e-12
-    )
+        nt.attention.equation(q, k, v, mask), materialised(q, k, v, mask),
+        rtol=0, atol=1e-12,
+    )  # fmt: skip
     assert bool(blockwise_calls) == (kind not in HIDE_NO_TILE)
 
 

@@ -55,6 +55,11 @@ def _cases(seed: int, dtype=torch.float64):
                            weight(1, LAYER, 2), weight(3, 2), weight(1, 2),
                            weight(1, 2))  # fmt: skip
     w_o = weight(3, 2, LAYER)
+    # attention in the shapes of the fused kernel (batch, heads, positions, features):
+    # square for the causal rule, a padding mask whose second sequence shows no key
+    # (every query of it fully masked), one key/value head for three query heads
+    q4, k4, v4 = weight(2, 3, SEQ, KEY), weight(2, 3, SEQ, KEY), weight(2, 3, SEQ, 2)
+    padding = nt.key_padding_mask(torch.tensor([3, 0]), SEQ)[:, None]
 
     def heads_of(x, w_q, w_k, w_v, b_q, b_k, b_v):
         return x, x, nt.AttentionWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v)
@@ -81,6 +86,20 @@ def _cases(seed: int, dtype=torch.float64):
         ),
         "project_qkv, grouped": (
             nt.project_qkv, (inputs, *grouped_projections), heads_of,
+        ),
+        "attention": (nt.attention, (q4, k4, v4), lambda q, k, v: (q, k, v)),
+        "attention, causal": (
+            nt.attention, (q4, k4, v4), lambda q, k, v: (q, k, v, nt.causal_mask(SEQ))
+        ),
+        "attention, padding": (
+            nt.attention, (q4, k4, v4), lambda q, k, v: (q, k, v, padding)
+        ),
+        "attention, grouped": (
+            nt.attention, (q4, k4[:, :1], v4[:, :1]), lambda q, k, v: (q, k, v)
+        ),
+        "attention, a window (the equation)": (
+            nt.attention, (q4, k4, v4),
+            lambda q, k, v: (q, k, v, nt.sliding_window_mask(SEQ, SEQ, window=2)),
         ),
         "standardize": (nt.standardize, (inputs,), lambda x: (x,)),
         "relu": (nt.relu, (inputs,), lambda x: (x,)),
@@ -147,6 +166,12 @@ def test_fully_masked_rows_are_zeros_in_both():
         assert torch.equal(weights[:, 0], torch.zeros_like(weights[:, 0]))  # by M
         assert torch.equal(weights[:, -1], torch.zeros_like(weights[:, -1]))  # by B
         assert torch.equal(weights[:, 1, 1], torch.zeros_like(weights[:, 1, 1]))
+    function, tensors, arguments = _cases(2)["attention, padding"]
+    for attended in (
+        function(*arguments(*tensors)),
+        function.equation(*arguments(*tensors)),
+    ):
+        assert torch.equal(attended[1], torch.zeros_like(attended[1]))  # no key shown
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -165,8 +190,9 @@ def test_under_autocast(case):
 
 @pytest.mark.parametrize(
     "case",
-    ["softmax, mask", "weights, mask and bias", "project_qkv", "standardize", "relu"],
-)
+    ["softmax, mask", "weights, mask and bias", "project_qkv", "standardize", "relu",
+     "attention, causal", "attention, padding"],
+)  # fmt: skip
 def test_compiled(case):
     """Compiled (values and gradients): the graph traces the fast function."""
     function, tensors, arguments = _cases(4)[case]
@@ -203,6 +229,37 @@ def test_masked_softmax_on_drawn_masks(rows, columns, seed, grad):
             nt.softmax_(given_scores.clone() if grad else given_scores, mask),
             nt.softmax.equation(scores, mask), rtol=1e-12, atol=1e-12,
         )  # fmt: skip
+
+
+FUSED = ["attention", "attention, causal", "attention, padding", "attention, grouped"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("attention")])
+def test_the_fused_kernel_takes_the_calls_it_computes(case, monkeypatch):
+    """``scaled_dot_product_attention`` runs for the plain calls it computes (no bias;
+    no mask, a padding mask or the causal rule, as ``is_causal=True``), and not for a
+    window, whose hidden tiles the equation's blockwise core skips."""
+    function, tensors, arguments = _cases(5)[case]
+    calls = []
+    original = fast.F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        fast.F, "scaled_dot_product_attention",
+        lambda *a, **k: calls.append(k["is_causal"]) or original(*a, **k),
+    )  # fmt: skip
+    _call(function, arguments(*tensors))
+    assert calls == ([case == "attention, causal"] if case in FUSED else [])
+
+
+def test_the_fused_kernel_takes_no_other_call():
+    """A bias, three axes, a key batch that broadcasts, or a causal rule shifted by an
+    offset: the equation runs."""
+    q, k, v = (torch.randn(2, 3, SEQ, KEY) for _ in range(3))
+    assert fast.fused_kernel_computes(q, k, v, nt.causal_mask(SEQ))
+    assert not fast.fused_kernel_computes(q, k, v, score_bias=torch.zeros(SEQ, SEQ))
+    assert not fast.fused_kernel_computes(q[0], k[0], v[0])
+    assert not fast.fused_kernel_computes(q, k[:1], v[:1])
+    assert not fast.fused_kernel_computes(q, k, v, nt.causal_mask(SEQ, offset=1))
+    assert not fast.fused_kernel_computes(q, k, v.double())
 
 
 def test_the_fast_functions_are_the_ones_that_run(monkeypatch):

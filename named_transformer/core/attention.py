@@ -107,6 +107,7 @@ def attend(
 
 # --8<-- [start:attention]
 @checked
+@fast.stand_in(fast.attention, where=fast.fused_kernel_computes)
 def attention(
     queries: Float[Tensor, "*batch seq_q key"],
     keys: Float[Tensor, "*#batch seq key"],
@@ -127,7 +128,9 @@ def attention(
     without the $\mathsf{seq'} \times \mathsf{seq}$ weights in memory, by the rule
     the modules' automatic core asks too
     (:data:`~named_transformer.core.blockwise.AUTOMATIC_RULE`).
-    ``attend(attention_weights(...), values)`` always materialises.
+    ``attend(attention_weights(...), values)`` always materialises. A call that
+    PyTorch's fused kernel computes the same runs it instead
+    (:func:`~named_transformer.core.fast.fused_kernel_computes`; tests/test_fast.py).
     """
     block = AUTOMATIC_RULE.block(queries, keys, mask)  # None: materialise
     if block is not None:  # the same function, a block of scores at a time

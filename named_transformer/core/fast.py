@@ -10,7 +10,9 @@ compute the same numbers with the tricks that make a plain call as fast as PyTor
   (:func:`needs_new_table`: autograd keeps softmax's output, and autocast does not
   cast a result given ``out=``);
 - PyTorch's fused kernels where they compute the same function
-  (``torch.softmax``, ``F.layer_norm`` without a gradient);
+  (``torch.softmax``, ``F.layer_norm`` without a gradient, and
+  ``scaled_dot_product_attention`` for a plain ``attention`` call on the CPU:
+  :func:`fused_kernel_computes`, :func:`attention`);
 - gradients written out by hand where autograd would take one backward pass per
   operation (:class:`Standardize`), or where the compiler would keep a boolean mask
   (:class:`ReLU`).
@@ -27,24 +29,30 @@ the same way; the Performance page lists them all.)
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
-from einops import reduce
+from einops import rearrange, reduce
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from named_transformer.axes import _autocast, _fits, _records_gradient
+from named_transformer.core.masks import causal_mask
 from named_transformer.core.scores import scaled_dot_score
 
 __all__ = [
     "ReLU",
     "Standardize",
+    "attention",
     "attention_weights",
     "biased_softmax",
     "computes_every_tile",
+    "fused_kernel_computes",
+    "is_causal_rule",
     "mean_over_layer",
     "needs_new_table",
     "normalise",
@@ -62,14 +70,27 @@ __all__ = [
 _F = TypeVar("_F", bound=Callable)
 
 
-def stand_in(faster: Callable) -> Callable[[_F], _F]:
+def stand_in(
+    faster: Callable, where: Callable[..., bool] | None = None
+) -> Callable[[_F], _F]:
     """Mark the decorated equation as computed by ``faster``, the same function
     computed faster (a test checks the two equal): ``checked`` checks a call by the
-    equation's annotations and runs ``faster``. The checked function keeps the
-    equation's own body as ``.equation``."""
+    equation's annotations and runs ``faster``; with ``where`` (a test of this
+    module), only the calls whose arguments it accepts, the others run the equation.
+    The checked function keeps the equation's own body as ``.equation``."""
 
     def mark(equation: _F) -> _F:
-        equation.faster = faster  # type: ignore[attr-defined]
+        runs = faster
+        if where is not None:
+            module, test = sys.modules[__name__], where.__name__
+
+            def runs(*args, **kwargs):  # type: ignore[no-redef]
+                # the test looked up at each call: nt.exercises.use switches it off
+                accepts = getattr(module, test)(*args, **kwargs)
+                chosen = faster if accepts else equation
+                return chosen(*args, **kwargs)
+
+        equation.faster = runs  # type: ignore[attr-defined]
         return equation
 
     return mark
@@ -126,6 +147,87 @@ def computes_every_tile(mask: Tensor | None) -> bool:
         or mask.shape[-2] == 1
         or torch.compiler.is_compiling()
     )
+
+
+# --8<-- [start:fused_kernel]
+def fused_kernel_computes(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor | None = None,
+    *,
+    score_bias: Tensor | None = None,
+) -> bool:
+    r"""Whether PyTorch's fused kernel (:func:`attention` here) computes this call of
+    $\text{Attention}(Q, K, V, M)$ as fast as the equation's cores or faster.
+
+    On the CPU, where ``scaled_dot_product_attention`` is one tiled operation
+    (FlashAttention's) that returns zeros, with zero gradients, for a query with no
+    allowed key, as the equation does. Without a bias; queries, keys and values of
+    one dtype with four axes (batch, heads, positions, features) and one batch, the
+    key/value heads dividing the query heads: the shapes its flash kernel takes
+    (others materialise the weights). And a mask that hides no whole tile of
+    positions (none, or over the keys only, or any mask while compiling: the
+    blockwise core skips nothing for them) or the causal rule, which the kernel
+    skips itself; another mask (a window) loses to the blockwise core's skipped
+    tiles at long lengths, so it runs the equation.
+    """
+    return (
+        score_bias is None
+        and queries.device.type == "cpu"
+        and queries.ndim == keys.ndim == values.ndim == 4
+        and queries.dtype == keys.dtype == values.dtype
+        and queries.shape[0] == keys.shape[0] == values.shape[0]
+        and keys.shape[1] == values.shape[1]
+        and queries.shape[1] % keys.shape[1] == 0
+        and min(queries.shape[-2], keys.shape[-2]) > 0
+        and (mask is None or mask.ndim <= 4)
+        and (computes_every_tile(mask) or is_causal_rule(mask, queries, keys))
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _causal_rule(seq_q: int, seq: int, device: torch.device) -> Tensor:
+    """:func:`~named_transformer.core.masks.causal_mask` of these sizes, made once
+    (only compared against, never returned)."""
+    return causal_mask(seq_q, seq, device=device)
+
+
+def is_causal_rule(mask: Tensor | None, queries: Tensor, keys: Tensor) -> bool:
+    """Whether ``mask`` is ``causal_mask(seq_q, seq)``, the first query at position 0:
+    the lower triangle that the kernel's ``is_causal=True`` applies without a mask
+    (one comparison of the mask, far cheaper than the attention)."""
+    size = (queries.shape[-2], keys.shape[-2])
+    return (
+        mask is not None
+        and mask.shape == size
+        and torch.equal(mask, _causal_rule(*size, mask.device))
+    )
+
+
+def attention(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor | None = None,
+    *,
+    score_bias: Tensor | None = None,
+) -> Tensor:
+    r"""$\text{Attention}(Q, K, V, M)$ by ``scaled_dot_product_attention``, for a call
+    that :func:`fused_kernel_computes` accepts (``score_bias`` is then None): a mask
+    that hides whole tiles is then the causal rule, passed as ``is_causal=True``."""
+    causal = mask is not None and not computes_every_tile(mask)
+    if causal:
+        mask = None
+    elif mask is not None:  # with fewer axes, the kernel materialises the weights
+        mask = rearrange(mask, "... -> " + "1 " * (4 - mask.ndim) + "...")
+    return F.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=mask, is_causal=causal,
+        enable_gqa=keys.shape[1] != queries.shape[1],
+    )  # fmt: skip
+
+
+# --8<-- [end:fused_kernel]
 
 
 # --8<-- [start:softmax]

@@ -13,7 +13,8 @@ its feed-forwards are then the learner's code, with the library's weights, train
 loop and sampling around them. ``names`` picks fewer (the ones written so far). While
 an attention function is switched in, the automatic core materialises at every length
 (the blockwise path, chosen from 384 positions on, or 768 with no mask or a padding
-mask, would not call it).
+mask, would not call it), and ``nt.attention`` runs its equation, not PyTorch's fused
+kernel.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from named_transformer.core.blockwise import automatic_block
+from named_transformer.core.fast import fused_kernel_computes
 from named_transformer.core.softmax import softmax_
 from named_transformer.exercises.learner import load_learner
 from named_transformer.exercises.registry import EXERCISES
@@ -46,6 +48,12 @@ _active: list[use] = []
 def _materialise(seq_q: int, seq: int, **_: Any) -> None:
     """:func:`~named_transformer.core.blockwise.automatic_block` while the learner's
     attention is switched in: always the materialising core (None)."""
+
+
+def _no_kernel(*_: Any, **__: Any) -> bool:
+    """:func:`~named_transformer.core.fast.fused_kernel_computes` while the learner's
+    attention is switched in: never (the kernel would not call it)."""
+    return False
 
 
 def _library_modules() -> list[ModuleType]:
@@ -97,6 +105,7 @@ class use:  # noqa: N801 - a switch, read as a verb: nt.exercises.use(DIR)
         if ATTENTION & set(learner):
             # only the materialising core calls them: no blockwise path, however long
             pairs.append((automatic_block, _materialise))
+            pairs.append((fused_kernel_computes, _no_kernel))  # nor PyTorch's kernel
         if "softmax" in learner:  # the library's in-place softmax is a softmax too
             pairs.append((softmax_, learner["softmax"]))
         # the faster functions that compute the library's calls (core/fast.py), which
