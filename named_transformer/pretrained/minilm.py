@@ -46,11 +46,9 @@ class Tokenized:
     pieces: list[list[str]]  # each sentence's word pieces, [CLS] and [SEP] included
 
 
-def _exported(model: nn.Module, tokens: Tensor):
+def _exported(model: nn.Module, tokens: Tensor) -> Tensor:
     """One sentence, or sentences of one length: every token is real."""
-    real = torch.ones_like(tokens, dtype=torch.bool)
-    embedding, weights = model(tokens, real, need_weights=True)
-    return embedding, {"self": weights}
+    return model(tokens, torch.ones_like(tokens, dtype=torch.bool))
 
 
 # --8<-- [start:SentenceEncoder]
@@ -65,7 +63,8 @@ class SentenceEncoder(nn.Module):
     #: how export_onnx calls it, and what its graph returns
     onnx_interface = Interface(
         "encoder", (("tokens", ("batch", "seq")),), ("embedding", ("batch", "layer")),
-        (("self", "encoder.{}.self", "self-attention", "tokens", "tokens"),),
+        (("encoder.blocks.layers.{}.self_attention.weights", "encoder.{}.self",
+          "self-attention", "tokens", "tokens"),),
         _exported,
     )  # fmt: skip
 
@@ -102,18 +101,8 @@ class SentenceEncoder(nn.Module):
         tokens: Int[Tensor, "*batch seq"],
         mask: Bool[Tensor, "*batch seq"],
         types: Int[Tensor, "*batch seq"] | None = None,
-        need_weights: bool = False,
-    ) -> (
-        Float[Tensor, "*batch layer"]
-        | tuple[
-            Float[Tensor, "*batch layer"], list[Float[Tensor, "*batch heads seq seq"]]
-        ]
-    ):
-        """$e$: mean of the real tokens' last states, unit length (and one weights
-        tensor per layer when ``need_weights``)."""
-        if need_weights:
-            states, weights = self.encoder(tokens, mask, types, need_weights=True)
-            return l2_normalize(mean_pooling(states, mask)), weights
+    ) -> Float[Tensor, "*batch layer"]:
+        """$e$: mean of the real tokens' last states, unit length."""
         return l2_normalize(mean_pooling(self.encoder(tokens, mask, types), mask))
 
     @torch.inference_mode()
