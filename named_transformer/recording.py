@@ -139,7 +139,10 @@ class Record(Mapping[str, Named]):
 
     def each(self, template: str) -> list[Named]:
         """The values of ``template`` with ``{}`` = 0, 1, ..., in that order: one
-        per layer, ``each("blocks.layers.{}.self_attention.weights")``."""
+        per layer, ``each("blocks.layers.{}.self_attention.weights")``. A name
+        without ``{}`` is one layer: its one value."""
+        if "{}" not in template:
+            return [self[template]]
         pattern = re.compile(re.escape(template).replace(r"\{\}", r"(\d+)") + "$")
         found = sorted(
             (int(match[1]), name)

@@ -73,6 +73,8 @@ __all__ = [
 # from one map to the next, so one jaxtyping annotation cannot bind them across the
 # list.
 AttentionMap = tuple[str, Tensor, list[str], list[str]]
+# the recorded names of a stack's attention weights, {} for the layer
+_SELF, _CROSS = "layers.{}.self_attention.weights", "layers.{}.cross_attention.weights"
 Strategy = Callable[..., Decoded]
 
 
@@ -285,13 +287,10 @@ class EncoderDecoderKind(_Generating):
 
     name = "encoder-decoder"
     maps = (
-        ("stacks.encoder.layers.{}.self_attention.weights", "encoder self-attention",
-         "source", "source"),
-        ("stacks.decoder.layers.{}.self_attention.weights", "decoder self-attention",
-         "target", "target"),
-        ("stacks.decoder.layers.{}.cross_attention.weights", "cross-attention",
-         "target", "source"),
-    )  # fmt: skip
+        (f"stacks.encoder.{_SELF}", "encoder self-attention", "source", "source"),
+        (f"stacks.decoder.{_SELF}", "decoder self-attention", "target", "target"),
+        (f"stacks.decoder.{_CROSS}", "cross-attention", "target", "source"),
+    )
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return Transformer(vocab, vocab, config)
@@ -321,8 +320,7 @@ class DecoderOnlyKind(_Generating):
     """A causal language model that continues the prompt ``source <bos>``."""
 
     name = "decoder-only"
-    maps = (("blocks.layers.{}.self_attention.weights", "causal self-attention",
-             "prompt", "prompt"),)  # fmt: skip
+    maps = ((f"blocks.{_SELF}", "causal self-attention", "prompt", "prompt"),)
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return LanguageModel(vocab, config)
@@ -381,8 +379,7 @@ class ClassifierKind(_Classifying):
     """A Transformer encoder, pooled, then a linear layer over the labels."""
 
     name = "classifier"
-    maps = (("encoder.layers.{}.self_attention.weights", "encoder self-attention",
-             "source", "source"),)  # fmt: skip
+    maps = ((f"encoder.{_SELF}", "encoder self-attention", "source", "source"),)
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return TransformerClassifier(vocab, len(LABELS), config)
