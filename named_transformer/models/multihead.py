@@ -562,7 +562,7 @@ def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
 
 
 def _core_option(fused: bool, block: int | None, materialise: bool = False) -> Core:
-    """``MultiHeadAttention``'s core when no weights are asked for: the one its
+    """``MultiHeadAttention``'s core when no weights are recorded: the one its
     options name, else chosen for each call (:data:`AUTOMATIC`)."""
     named = [
         name
@@ -608,7 +608,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         dropout: probability of dropping an attention weight while training.
         fused: compute the attention by PyTorch's fused kernel
             (:func:`~named_transformer.core.attention.fused_attention`) whenever the
-            weights are not asked for. An explicit option: off, the named equations
+            weights are not recorded. An explicit option: off, the named equations
             run (materialising or blockwise, see ``block``).
         kv_heads: key/value heads $|\mathsf{kv\_heads}|$, each shared by
             $|\mathsf{heads}|/|\mathsf{kv\_heads}|$ query heads: grouped-query
@@ -618,7 +618,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         block: compute the attention ``block`` keys (and queries) at a time with an
             online softmax
             (:func:`~named_transformer.core.blockwise.blockwise_attention`) whenever
-            the weights are not asked for: the same function, without the
+            the weights are not recorded: the same function, without the
             $\mathsf{seq'} \times \mathsf{seq}$ weights in memory. None: chosen
             for each call by its sizes (the automatic core of
             :mod:`~named_transformer.models.cores`): materialised for short
