@@ -81,20 +81,27 @@ def helps(repeats: int) -> str:
     return table(title, ["command", "seconds", "spread"], rows)
 
 
-def first_token(repeats: int) -> str:
-    """``chat``'s time to its first token against transformers' ``generate``."""
+def first_token_timings(repeats: int, path: Path | None = None) -> list[Timing]:
+    """``chat``'s time to its first token and transformers' ``generate``'s, from the
+    GGUF file ``path`` (None: the packaged SmolLM2's), the reference last."""
     from named_transformer.pretrained.smollm2 import smollm2_path
 
-    path = smollm2_path()
+    given = [] if path is None else ["--gguf", str(path)]
+    path = smollm2_path() if path is None else Path(path)
     ours = [sys.executable, "-m", "named_transformer", "chat", QUESTION,
-            "--max-new-tokens", "1", "--no-shape-checks"]  # fmt: skip
+            "--max-new-tokens", "1", "--no-shape-checks", *given]  # fmt: skip
     theirs = [sys.executable, "-c", _THEIRS, str(path.parent), path.name, QUESTION]
-    load = _load()
-    timings: list[Timing] = interleaved(
+    return interleaved(
         {"named_transformer chat": lambda: _run(ours, "The"),
          "transformers generate": lambda: _run(theirs, "The")},
         repeats, warmup=0,
     )  # fmt: skip
+
+
+def first_token(repeats: int) -> str:
+    """``chat``'s time to its first token against transformers' ``generate``."""
+    load = _load()
+    timings = first_token_timings(repeats)
     reference = timings[-1].median
     rows = [[t.name, f"{t.median:.1f}", f"{t.median / reference:.2f}×", t.spread]
             for t in timings]  # fmt: skip

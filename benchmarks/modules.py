@@ -41,15 +41,20 @@ def _row(label: str, named, reference, flops: int | None = None) -> list[object]
     return row
 
 
-def _attention_pair(batch: int, seq: int, layer: int, heads: int, fused: bool = False):
+def _attention_pair(
+    batch: int, seq: int, layer: int, heads: int, fused: bool = False, *,
+    device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+):  # fmt: skip
     """Causal fwd+bwd steps of nn.MultiheadAttention and of the named module holding
-    its weights."""
-    theirs = nn.MultiheadAttention(layer, heads, batch_first=True)
+    its weights (on ``device``, in ``dtype``: torch's defaults if None)."""
+    theirs = nn.MultiheadAttention(
+        layer, heads, batch_first=True, device=device, dtype=dtype
+    )
     ours = from_torch(theirs)
     if fused:
         _fuse(ours)
-    x = torch.randn(batch, seq, layer, requires_grad=True)
-    causal = nt.causal_mask(seq)
+    x = torch.randn(batch, seq, layer, device=device, dtype=dtype, requires_grad=True)
+    causal = nt.causal_mask(seq, device=device)
 
     def named_step():
         ours(x, mask=causal).sum().backward()

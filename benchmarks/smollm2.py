@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import torch
+from torch import Tensor, nn
 
 import named_transformer as nt
-from benchmarks.common import interleaved, ms, table
+from benchmarks.common import Timing, interleaved, ms, table
 
 PROMPT, NEW = 256, 128
 
@@ -74,6 +76,65 @@ def _peak_memory() -> tuple[float, float]:
     return rise / 2**20, weights / 2**20
 
 
+def decoders(
+    named: nn.Module, theirs: nn.Module, prompt: Tensor, capacity: int,
+    compiled: str | None = None,
+) -> dict[str, Callable[[int], Tensor]]:
+    """Decoder name -> the greedy tokens after ``prompt`` (a function of how many):
+    the named model compiled (``CompiledDecoder`` with the backend ``compiled``;
+    None: not compiled), eager (``IncrementalDecoder``), then transformers'
+    ``generate``, the reference, last."""
+    length = prompt.shape[-1]
+
+    def named_eager(steps: int) -> Tensor:
+        return nt.greedy(nt.IncrementalDecoder(named), prompt, steps).tokens
+
+    def named_compiled(steps: int) -> Tensor:
+        # compiled on the first call; later decoders of this capacity reuse it
+        step = nt.CompiledDecoder(named, capacity=capacity, backend=compiled)
+        return nt.greedy(step, prompt, steps).tokens
+
+    def reference(steps: int) -> Tensor:
+        return theirs.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=steps,
+            min_new_tokens=steps, do_sample=False, pad_token_id=0,
+        )[:, length:]  # fmt: skip
+
+    runs = {"named eager": named_eager, "transformers": reference}
+    return runs if compiled is None else {"named compiled": named_compiled, **runs}
+
+
+def differing(runs: dict[str, Callable[[int], Tensor]], new: int) -> list[str]:
+    """The decoders whose ``new`` greedy tokens differ from the reference's (the
+    last decoder's)."""
+    *named, reference = runs.items()
+    expected = reference[1](new).tolist()
+    return [name for name, run in named if run(new).tolist() != expected]
+
+
+def prefill_and_whole(
+    runs: dict[str, Callable[[int], Tensor]], new: int, repeats: int,
+    timer: Callable[..., list[Timing]] = interleaved,
+) -> tuple[list[Timing], list[Timing]]:
+    """Each decoder's timings of the prefill and one token, and of the prefill and
+    ``new`` tokens (``timer``: how to time, :func:`~benchmarks.common.interleaved`'s
+    signature)."""
+    prefill = timer(
+        {name: lambda run=run: run(1) for name, run in runs.items()}, repeats, warmup=1
+    )
+    whole = timer(
+        {name: lambda run=run: run(new) for name, run in runs.items()}, repeats,
+        warmup=1,
+    )  # fmt: skip
+    return prefill, whole
+
+
+def per_token(prefill: Timing, whole: Timing, new: int) -> float:
+    """Seconds per decoded token: (prefill and ``new`` tokens) minus the prefill,
+    over the ``new`` - 1 tokens after the first."""
+    return (whole.median - prefill.median) / (new - 1)
+
+
 def smollm2(quick: bool) -> str:
     """18. Prefill and decoding, named (eager cache, compiled) against
     LlamaForCausalLM; peak memory of loading.
@@ -87,48 +148,23 @@ def smollm2(quick: bool) -> str:
     generator = torch.Generator().manual_seed(0)
     vocab = named.generator.table.shape[0]
     prompt = torch.randint(1, vocab, (1, prompt_length), generator=generator)
-    capacity = prompt_length + new
-
-    def named_eager(steps: int):
-        return nt.greedy(nt.IncrementalDecoder(named), prompt, steps).tokens
-
-    def named_compiled(steps: int):
-        # compiled on the first call; later decoders of this capacity reuse it
-        compiled = nt.CompiledDecoder(named, capacity=capacity)
-        return nt.greedy(compiled, prompt, steps).tokens
-
-    def reference(steps: int):
-        return theirs.generate(
-            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=steps,
-            min_new_tokens=steps, do_sample=False, pad_token_id=0,
-        )[:, prompt_length:]  # fmt: skip
-
     # quick mode (CI) skips compiling: it alone would take half a minute
-    runs = {"named eager": named_eager, "transformers": reference}
-    if not quick:
-        runs = {"named compiled": named_compiled, **runs}
+    runs = decoders(
+        named, theirs, prompt, prompt_length + new, None if quick else "inductor"
+    )
     with torch.inference_mode(), nt.shape_checks(False):
-        expected = reference(new)
-        for name, run in runs.items():
-            if run(new).tolist() != expected.tolist():
-                raise AssertionError(f"{name}: greedy tokens differ")
-        prefill = interleaved(
-            {name: lambda run=run: run(1) for name, run in runs.items()},
-            repeats, warmup=1,
-        )  # fmt: skip
-        whole = interleaved(
-            {name: lambda run=run: run(new) for name, run in runs.items()},
-            repeats, warmup=1,
-        )  # fmt: skip
-    their_prefill, their_whole = prefill[-1].median, whole[-1].median
-    their_token = (their_whole - their_prefill) / (new - 1)
+        for name in differing(runs, new):
+            raise AssertionError(f"{name}: greedy tokens differ")
+        prefill, whole = prefill_and_whole(runs, new, repeats)
+    their_prefill = prefill[-1].median
+    their_token = per_token(prefill[-1], whole[-1], new)
     rows = []
     for first, total in zip(prefill, whole, strict=True):
-        per_token = (total.median - first.median) / (new - 1)
+        token = per_token(first, total, new)
         rows.append([
             first.name, ms(first.median), f"{first.median / their_prefill:.2f}×",
-            ms(per_token), f"{per_token / their_token:.2f}×",
-            f"{1 / per_token:.1f}", total.spread,
+            ms(token), f"{token / their_token:.2f}×",
+            f"{1 / token:.1f}", total.spread,
         ])  # fmt: skip
     header = ["decoder", "prefill ms", "vs transformers", "ms per decoded token",
               "vs transformers", "tokens/s", "spread"]  # fmt: skip

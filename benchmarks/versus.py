@@ -303,7 +303,9 @@ def child(cells: list[str], threads: int | None) -> None:
 
 
 def _run(checkout: Path, cells: list[str], links: Path, threads: int | None) -> dict:
-    env = {**os.environ, "PYTHONPATH": f"{links}{os.pathsep}{HERE.parent}",
+    # the checkout's link first; what PYTHONPATH held (installed wheels) after
+    paths = [str(links), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths)),
            "TRANSFORMERS_VERBOSITY": "error", "TQDM_DISABLE": "1"}  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.versus", "--child", ",".join(cells),

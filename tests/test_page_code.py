@@ -54,9 +54,13 @@ LEARN_LONGER = {
     "named_transformer/rasp/weights.py:attention_block": "the weights of one "
     "attention block written by hand, a table per projection",
 }
-#: code lines of one Models snippet: a module is shown whole there (its ``__init__``
-#: and ``forward``), the longest a checkpoint's table of names
-MODELS_CAP = 150
+#: code lines of one Models snippet, with no exceptions: a module is shown as its
+#: parameters (``__init__``) and, as a snippet of its own where the two together are
+#: longer, its ``forward``; the checks of its options and the helpers of its plumbing
+#: sit beside it, unshown (``MultiHeadAttention``'s refusals are ``check_options``). A
+#: table of names is printed by the page, not included as code: the checkpoint
+#: conversion shows one row's type and the function that puts a family's rows together
+MODELS_CAP = 60
 #: Models snippets with in-place arithmetic, and why: each is an update by its own
 #: equation, or a table reused on purpose beneath the equation
 MODELS_UPDATES = {
@@ -66,7 +70,7 @@ MODELS_UPDATES = {
     "blocks, summed into their tables as the backward pass goes",
     "named_transformer/core/blockwise.py:tile_scores": "a block of scores written "
     "into the table reused from the block before",
-    "named_transformer/interop/huggingface.py:from_huggingface": "the weights "
+    "named_transformer/interop/huggingface.py:convert_checkpoint": "the weights "
     "copied into the model's parameters, once, as the checkpoint is read",
 }
 MODELS_INPLACE_AT_MOST = 12

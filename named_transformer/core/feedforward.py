@@ -31,6 +31,7 @@ about $\tfrac83|\mathsf{layer}|$ rather than $4|\mathsf{layer}|$ for the same co
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +86,17 @@ def silu(inputs: Float[Tensor, "*batch hidden"]) -> Float[Tensor, "*batch hidden
 
 # --8<-- [end:gelu]
 
+
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": relu,
+    "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
+    "silu": silu,
+}
+"""The feed-forward activations by name: ``relu`` (the paper), ``gelu`` (BERT),
+``gelu_tanh`` (GPT-2's ``gelu_new``) and ``silu``; the modules
+(:mod:`named_transformer.models.sublayers`) take one by its name."""
 
 _HIDDEN = "*batch hidden"  # position-wise: the positions are among the batch axes
 

@@ -61,12 +61,6 @@ def _append(tokens: Tensor, new: Tensor) -> Tensor:
     return pack([tokens, new], "batch *")[0]
 
 
-def _done(tokens: Tensor, eos: int | None) -> Tensor:
-    if eos is None:
-        return torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-    return (tokens == eos).any(-1)  # allow-raw: any eos along seq
-
-
 def _steps(
     step: Callable[[Tensor], Tensor],
     start: Tensor,

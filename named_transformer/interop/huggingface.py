@@ -53,7 +53,7 @@ from named_transformer.models.text_encoder import TextEncoder
 __all__ = ["checkpoint_names", "from_huggingface", "to_huggingface"]
 
 
-# --8<-- [start:checkpoint_names]
+# --8<-- [start:Name]
 @dataclass(frozen=True)
 class _Name:
     """One checkpoint tensor (``{i}`` = layer number) and the named weights it holds."""
@@ -72,6 +72,10 @@ def _layers(names: list[_Name], count: int) -> list[_Name]:
     ]
 
 
+# --8<-- [end:Name]
+
+
+# the rows of the tables, by family and part (``checkpoint_names`` lists a family's)
 _BLOCK = "blocks.layers.{i}."
 _ATT = _BLOCK + "self_attention."
 _FFN = _BLOCK + "feed_forward."
@@ -196,6 +200,7 @@ _LLAMA_FINAL = [_Name("norm.weight", ("blocks.norm.gamma",), _VECTOR)]
 _UNTIED = [_Name("lm_head.weight", ("generator.table",), _SAME)]
 
 
+# --8<-- [start:checkpoint_names]
 def checkpoint_names(family: str) -> list[tuple[str, str, str]]:
     """(their name, our weight(s), pattern) for ``"bert"``, ``"gpt2"``, ``"llama"``,
     ``"qwen2"`` or ``"mistral"``, ``{i}`` for the layer number: the table the
@@ -515,6 +520,9 @@ def from_huggingface(
     )  # fmt: skip
 
 
+# --8<-- [end:from_huggingface]
+
+
 def family_of(config: Mapping) -> _Family:
     """The conversion of ``config["model_type"]``, or a ValueError naming it."""
     family = _FAMILIES.get(config.get("model_type"))
@@ -526,6 +534,7 @@ def family_of(config: Mapping) -> _Family:
     return family
 
 
+# --8<-- [start:convert_checkpoint]
 @checked
 def convert_checkpoint(
     config: Mapping,
@@ -577,7 +586,8 @@ def convert_checkpoint(
         raise ValueError(f"the checkpoint leaves {unset[0]!r} unset")
     return ours
 
-# --8<-- [end:from_huggingface]
+
+# --8<-- [end:convert_checkpoint]
 
 
 _REFUSED = "does not convert to transformers"

@@ -83,6 +83,18 @@ class TransformerConfig:
     # (Qwen2: bias=False, qkv_bias=True)
     qkv_bias: bool | None = None
 
+    @classmethod
+    def base(cls) -> TransformerConfig:
+        """The paper's base model (the defaults)."""
+        return cls()
+
+    @classmethod
+    def big(cls) -> TransformerConfig:
+        """The paper's big model."""
+        return cls(layer=1024, heads=16, hidden=4096, dropout=0.3)
+
+    # --8<-- [end:TransformerConfig]
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "positions", position_scheme(self.positions))
         for name in ("encoder_layers", "decoder_layers"):
@@ -121,16 +133,6 @@ class TransformerConfig:
             raise ValueError(
                 f"window must be at least 1 (the query itself), got {self.window}"
             )
-
-    @classmethod
-    def base(cls) -> TransformerConfig:
-        """The paper's base model (the defaults)."""
-        return cls()
-
-    @classmethod
-    def big(cls) -> TransformerConfig:
-        """The paper's big model."""
-        return cls(layer=1024, heads=16, hidden=4096, dropout=0.3)
 
     @classmethod
     def llama(cls, **sizes) -> TransformerConfig:
@@ -177,6 +179,3 @@ class TransformerConfig:
         """The configuration :meth:`to_dict` wrote (a checkpoint's before 0.9 is
         read by :func:`~named_transformer.workflows.kinds.config_of`)."""
         return cls(**stored)
-
-
-# --8<-- [end:TransformerConfig]

@@ -49,7 +49,7 @@ __all__ = [
 ValueTerm = Callable[[Tensor], Tensor]
 
 
-# --8<-- [start:cores]
+# --8<-- [start:Core]
 class Core:
     """How the attention is computed; returns (outputs, weights or None)."""
 
@@ -74,6 +74,10 @@ class Core:
         raise NotImplementedError
 
 
+# --8<-- [end:Core]
+
+
+# --8<-- [start:Materialise]
 class Materialise(Core):
     r"""$A = \nfun{seq}{softmax}(S + B + M)$, then $\text{Dropout}(A) \ndot{seq} V$
     (+ $U(\text{Dropout}(A))$): the equations as the pages write them."""
@@ -95,6 +99,11 @@ class Materialise(Core):
         return outputs, weights
 
 
+MATERIALISE = Materialise()
+# --8<-- [end:Materialise]
+
+
+# --8<-- [start:Blockwise]
 @dataclass(frozen=True)
 class Blockwise(Core):
     """``block`` queries and keys at a time, with an online softmax (None: the
@@ -115,6 +124,10 @@ class Blockwise(Core):
         return outputs, None
 
 
+# --8<-- [end:Blockwise]
+
+
+# --8<-- [start:Fused]
 class Fused(Core):
     """PyTorch's fused ``scaled_dot_product_attention``; grouped heads go to the
     kernel as they are (``enable_gqa``)."""
@@ -129,9 +142,8 @@ class Fused(Core):
         return outputs, None
 
 
-MATERIALISE = Materialise()
 FUSED = Fused()
-# --8<-- [end:cores]
+# --8<-- [end:Fused]
 
 
 # --8<-- [start:Automatic]

@@ -36,7 +36,6 @@ from named_transformer.models.sublayers import (
 __all__ = ["Encoder", "EncoderLayer"]
 
 
-# --8<-- [start:EncoderLayer]
 def _biased(**biases: Tensor | None) -> dict[str, Tensor]:
     """The score biases that were given, as keyword arguments.
 
@@ -62,6 +61,7 @@ def layer_config(
     return TransformerConfig(layer=layer, heads=heads, hidden=hidden, **options)
 
 
+# --8<-- [start:EncoderLayer]
 class EncoderLayer(CountsParameters, nn.Module):
     r"""Self-attention then feed-forward, each in a residual sublayer.
 

@@ -93,6 +93,9 @@ class LanguageModel(CountsParameters, nn.Module):
         bias = not tie_output if output_bias is None else output_bias
         self.generator = Generator(c.layer, vocab, table=table, bias=bias)
 
+    # --8<-- [end:LanguageModel]
+
+    # --8<-- [start:forward]
     @checked
     def forward(
         self, tokens: Int[Tensor, "*batch seq"]
@@ -119,5 +122,4 @@ class LanguageModel(CountsParameters, nn.Module):
         embedded = self.positions(self.embedding(tokens))
         return self.blocks(embedded, mask)
 
-
-# --8<-- [end:LanguageModel]
+    # --8<-- [end:forward]

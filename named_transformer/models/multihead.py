@@ -155,7 +155,7 @@ def merge_heads(
 # --8<-- [end:merge_heads]
 
 
-# --8<-- [start:stacked_projection]
+# --8<-- [start:stack_qkv]
 @checked
 def stack_qkv(
     w_q: Float[Tensor, "heads layer key"],
@@ -179,6 +179,10 @@ def stack_qkv(
     return rearrange(parts, "layer parts key -> (parts key) layer")
 
 
+# --8<-- [end:stack_qkv]
+
+
+# --8<-- [start:stacked_projection]
 @checked
 def stacked_projection(
     inputs: Float[Tensor, "*batch seq layer"],
@@ -212,6 +216,9 @@ def stacked_projection(
     )
 
 
+# --8<-- [end:stacked_projection]
+
+
 @checked
 def stacked_weights(
     weights: AttentionWeights,
@@ -222,9 +229,6 @@ def stacked_weights(
         biases, _ = pack([weights.b_q, weights.b_k, weights.b_v], "* key")
         b_qkv = rearrange(biases, "parts key -> (parts key)")
     return stack_qkv(weights.w_q, weights.w_k, weights.w_v), b_qkv
-
-
-# --8<-- [end:stacked_projection]
 
 
 # --8<-- [start:Heads]
@@ -554,14 +558,48 @@ def multihead(
 # --8<-- [end:multihead]
 
 
-def _uniform(*shape: int, fan_in: int, fan_out: int) -> nn.Parameter:
-    """Glorot/Xavier uniform on the flattened (fan_out × fan_in) matrix, as PyTorch's
-    MHA."""
+def check_options(
+    layer: int,
+    heads: int,
+    *,
+    key: int | None,
+    wide: bool,
+    dropout: float,
+    kv_heads: int | None,
+) -> None:
+    """The options of a :class:`MultiHeadAttention` that no weights can take,
+    refused, each in one line that names the problem: sizes that are not positive,
+    narrow heads that do not divide the width, a dropout that is not a probability,
+    key/value heads that do not divide the heads."""
+    if layer <= 0 or heads <= 0:
+        raise ValueError(
+            f"layer and heads must be positive, got layer={layer}, heads={heads}"
+        )
+    if key is None and not wide and layer % heads != 0:
+        raise ValueError(
+            f"layer={layer} is not divisible by heads={heads}: "
+            "narrow heads need |key| = |layer|/|heads|; "
+            "pass key=..., or wide=True for full-width heads"
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    check_groups(heads, heads if kv_heads is None else kv_heads)
+
+
+def glorot_uniform(*shape: int, fan_in: int) -> nn.Parameter:
+    """Glorot/Xavier uniform, as PyTorch's MHA: the weight read as a matrix from
+    ``fan_in`` features to the rest of its elements."""
+    fan_out = math.prod(shape) // fan_in
     bound = math.sqrt(6.0 / (fan_in + fan_out))
     return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
 
-def _core_option(fused: bool, block: int | None, materialise: bool = False) -> Core:
+def zero_bias(learned: bool, *shape: int) -> nn.Parameter | None:
+    """A learned bias, zeros at first; None when not ``learned``."""
+    return nn.Parameter(torch.zeros(*shape)) if learned else None
+
+
+def chosen_core(fused: bool, block: int | None, materialise: bool = False) -> Core:
     """``MultiHeadAttention``'s core when no weights are recorded: the one its
     options name, else chosen for each call (:data:`AUTOMATIC`)."""
     named = [
@@ -632,8 +670,10 @@ class MultiHeadAttention(CountsParameters, nn.Module):
 
     The module holds the parameters and the parts: :attr:`positions` and the core
     (from ``fused``, ``block`` and ``materialise``); :meth:`forward` runs the one
-    pipeline. A pair the pipeline cannot run (relative positions, which need the
-    weights, on the fused or blockwise core) is refused in one line.
+    pipeline. Options no weights can take are refused by :func:`check_options`, and a
+    pair the pipeline cannot run (relative positions, which need the weights, on the
+    fused or blockwise core) by
+    :func:`~named_transformer.models.variants.check_variant`, each in one line.
     """
 
     def __init__(
@@ -656,64 +696,38 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         positions: PositionScheme = NO_SCHEME,
     ) -> None:
         super().__init__()
-        if layer <= 0 or heads <= 0:
-            raise ValueError(
-                f"layer and heads must be positive, got layer={layer}, heads={heads}"
-            )
-        if key is None:
-            if wide:
-                key = layer
-            elif layer % heads != 0:
-                raise ValueError(
-                    f"layer={layer} is not divisible by heads={heads}: "
-                    "narrow heads need |key| = |layer|/|heads|; "
-                    "pass key=..., or wide=True for full-width heads"
-                )
-            else:
-                key = layer // heads
+        check_options(layer, heads, key=key, wide=wide, dropout=dropout,
+                      kv_heads=kv_heads)  # fmt: skip
+        key = (layer if wide else layer // heads) if key is None else key
         val = key if val is None else val
         memory = layer if memory is None else memory
         value_memory = memory if value_memory is None else value_memory
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        kv_heads = heads if kv_heads is None else kv_heads
-        check_groups(heads, kv_heads)
-        self.kv_heads = kv_heads  # = heads: multi-head; 1: multi-query
-        self.core = _core_option(fused, block, materialise)
-        self.block = block
-        self.layer, self.heads, self.memory, self.key, self.val = (
-            layer,
-            heads,
-            memory,
-            key,
-            val,
-        )
-        self.value_memory = value_memory
-        self.dropout, self.fused = dropout, fused
-        self.w_q = _uniform(heads, layer, key, fan_in=layer, fan_out=heads * key)
-        self.w_k = _uniform(
-            kv_heads, memory, key, fan_in=memory, fan_out=kv_heads * key
-        )
-        self.w_v = _uniform(
-            kv_heads, value_memory, val, fan_in=value_memory, fan_out=kv_heads * val
-        )
-        self.w_o = _uniform(heads, val, layer, fan_in=heads * val, fan_out=layer)
+        kv_heads = heads if kv_heads is None else kv_heads  # 1: multi-query
+        self.layer, self.heads, self.kv_heads = layer, heads, kv_heads
+        self.key, self.val = key, val  # the widths of one head
+        self.memory, self.value_memory = memory, value_memory
+        self.dropout, self.fused, self.block = dropout, fused, block
+        self.core = chosen_core(fused, block, materialise)
+        self.w_q = glorot_uniform(heads, layer, key, fan_in=layer)
+        self.w_k = glorot_uniform(kv_heads, memory, key, fan_in=memory)
+        self.w_v = glorot_uniform(kv_heads, value_memory, val, fan_in=value_memory)
+        self.w_o = glorot_uniform(heads, val, layer, fan_in=heads * val)
         # registered in the order b_q, b_k, b_v, b_o that saved optimizer states expect
-        if bias if qkv_bias is None else qkv_bias:
-            self.b_q = nn.Parameter(torch.zeros(heads, key))
-            self.b_k = nn.Parameter(torch.zeros(kv_heads, key))
-            self.b_v = nn.Parameter(torch.zeros(kv_heads, val))
-        else:
-            for name in ("b_q", "b_k", "b_v"):
-                self.register_parameter(name, None)
-        if bias:
-            self.b_o = nn.Parameter(torch.zeros(layer))
-        else:
-            self.register_parameter("b_o", None)
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        self.register_parameter("b_q", zero_bias(qkv_bias, heads, key))
+        self.register_parameter("b_k", zero_bias(qkv_bias, kv_heads, key))
+        self.register_parameter("b_v", zero_bias(qkv_bias, kv_heads, val))
+        self.register_parameter("b_o", zero_bias(bias, layer))
         # the scheme's part, sized by this attention (a module where it has
         # parameters, registered after W and b, where saved optimizer states expect)
         self.positions = positions.part(self)
         check_variant(self.variant())  # relative + fused or blockwise: refused here
+
+    def named_weights(self) -> AttentionWeights:
+        """$W^Q, W^K, W^V, W^O$ and the biases, as one container."""
+        return AttentionWeights.of(self)
+
+    # --8<-- [end:MultiHeadAttention]
 
     @classmethod
     def of(cls, config: Any, *, causal: bool, **options: Any) -> MultiHeadAttention:
@@ -739,10 +753,6 @@ class MultiHeadAttention(CountsParameters, nn.Module):
                 state_dict[prefix + new] = state_dict.pop(prefix + old)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def named_weights(self) -> AttentionWeights:
-        """$W^Q, W^K, W^V, W^O$ and the biases, as one container."""
-        return AttentionWeights.of(self)
-
     @property
     def _stackable(self) -> bool:  # 0.4.0's name, which tests and callers read
         return self.named_weights().stackable
@@ -752,6 +762,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         materialising one while the weights are recorded: :func:`attend_projected`)."""
         return AttentionVariant(self.position_scheme(), self.core)
 
+    # --8<-- [start:forward]
     @checked
     def forward(
         self,
@@ -785,5 +796,4 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         )  # fmt: skip
         return outputs
 
-
-# --8<-- [end:MultiHeadAttention]
+    # --8<-- [end:forward]

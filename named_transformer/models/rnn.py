@@ -74,6 +74,26 @@ def elman_cell(
 
 
 # --8<-- [start:gru_cell]
+def _gates(
+    inputs: Tensor,
+    state: Tensor,
+    w_input: Tensor,
+    w_hidden: Tensor,
+    b_input: Tensor,
+    b_hidden: Tensor,
+) -> tuple[Tensor, Tensor]:
+    r"""$G^i = W^i \ndot{input} x + b^i$ and $G^h = W^h \ndot{hidden} h + b^h$, each
+    ``... gates hidden_next``: what both gated cells (GRU, LSTM) read their gates
+    from."""
+    from_input = einsum(
+        w_input, inputs, "gates hidden_next input, ... input -> ... gates hidden_next"
+    )
+    from_state = einsum(
+        w_hidden, state, "gates hidden_next hidden, ... hidden -> ... gates hidden_next"
+    )
+    return from_input + b_input, from_state + b_hidden
+
+
 @checked
 def gru_cell(
     inputs: Float[Tensor, "*batch input"],
@@ -98,14 +118,9 @@ def gru_cell(
     $W^h_n \ndot{hidden} (r \odot h)$; PyTorch (and cuDNN) apply it after, which is
     what we match.
     """
-    from_input = einsum(
-        w_input, inputs, "gates hidden_next input, ... input -> ... gates hidden_next"
-    )
-    from_state = einsum(
-        w_hidden, state, "gates hidden_next hidden, ... hidden -> ... gates hidden_next"
-    )
-    i_r, i_z, i_n = _split_gates(from_input + b_input, 3, "gru_cell")
-    h_r, h_z, h_n = _split_gates(from_state + b_hidden, 3, "gru_cell")
+    g_input, g_hidden = _gates(inputs, state, w_input, w_hidden, b_input, b_hidden)
+    i_r, i_z, i_n = _split_gates(g_input, 3, "gru_cell")
+    h_r, h_z, h_n = _split_gates(g_hidden, 3, "gru_cell")
     reset = torch.sigmoid(i_r + h_r)
     update = torch.sigmoid(i_z + h_z)
     candidate = torch.tanh(i_n + reset * h_n)
@@ -136,21 +151,8 @@ def lstm_cell(
     $$c' = \sigma(G_f) \odot c + \sigma(G_i) \odot \tanh(G_g),\qquad
       h' = \sigma(G_o) \odot \tanh(c').$$
     """
-    gates = (
-        einsum(
-            w_input,
-            inputs,
-            "gates hidden_next input, ... input -> ... gates hidden_next",
-        )
-        + einsum(
-            w_hidden,
-            state,
-            "gates hidden_next hidden, ... hidden -> ... gates hidden_next",
-        )
-        + b_input
-        + b_hidden
-    )
-    g_i, g_f, g_g, g_o = _split_gates(gates, 4, "lstm_cell")
+    g_input, g_hidden = _gates(inputs, state, w_input, w_hidden, b_input, b_hidden)
+    g_i, g_f, g_g, g_o = _split_gates(g_input + g_hidden, 4, "lstm_cell")
     cell_next = torch.sigmoid(g_f) * cell + torch.sigmoid(g_i) * torch.tanh(g_g)
     return torch.sigmoid(g_o) * torch.tanh(cell_next), cell_next
 
@@ -158,17 +160,17 @@ def lstm_cell(
 # --8<-- [end:lstm_cell]
 
 
-def _check_sizes(input_size: int, hidden_size: int) -> None:
-    if input_size < 1 or hidden_size < 1:
-        raise ValueError(
-            "input_size and hidden_size must be positive, "
-            f"got {input_size} and {hidden_size}"
-        )
+def _check_positive(**sizes: int) -> None:
+    """One line naming the first size that is not positive."""
+    for name, size in sizes.items():
+        if size < 1:
+            raise ValueError(f"{name} must be a positive size, got {size}")
 
 
-def _uniform(size: int, *shape: int) -> nn.Parameter:
-    """PyTorch's RNN initialisation: U(-1/sqrt(hidden), 1/sqrt(hidden))."""
-    bound = 1.0 / math.sqrt(size)
+def _uniform(fan: int, *shape: int) -> nn.Parameter:
+    """A weight or bias of ``shape`` drawn from U(-1/sqrt(fan), 1/sqrt(fan)): PyTorch's
+    RNN cells (fan: the hidden size) and ``nn.Linear`` (fan: the inputs) alike."""
+    bound = 1.0 / math.sqrt(fan)
     return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
 
@@ -178,7 +180,7 @@ class ElmanCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
-        _check_sizes(input_size, hidden_size)
+        _check_positive(input_size=input_size, hidden_size=hidden_size)
         self.w_input = _uniform(hidden_size, hidden_size, input_size)
         self.w_hidden = _uniform(hidden_size, hidden_size, hidden_size)
         self.bias = _uniform(hidden_size, hidden_size)
@@ -203,7 +205,7 @@ class _GatedCell(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
-        _check_sizes(input_size, hidden_size)
+        _check_positive(input_size=input_size, hidden_size=hidden_size)
         self.w_input = _uniform(hidden_size, self.gates, hidden_size, input_size)
         self.w_hidden = _uniform(hidden_size, self.gates, hidden_size, hidden_size)
         self.b_input = _uniform(hidden_size, self.gates, hidden_size)

@@ -30,7 +30,6 @@ real token.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -45,7 +44,7 @@ from named_transformer.core.attention import attend
 from named_transformer.core.masks import padding_mask
 from named_transformer.core.scores import additive_score, dot_score, general_score
 from named_transformer.core.softmax import softmax
-from named_transformer.models.rnn import GRUCell
+from named_transformer.models.rnn import GRUCell, _check_positive, _uniform
 from named_transformer.recording import scope, tap
 
 __all__ = [
@@ -186,17 +185,6 @@ def readout(
 
 
 # --8<-- [end:readout]
-
-
-def _uniform(fan_in: int, *shape: int) -> nn.Parameter:
-    bound = 1.0 / math.sqrt(fan_in)
-    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
-
-
-def _check_positive(**sizes: int) -> None:
-    for name, size in sizes.items():
-        if size < 1:
-            raise ValueError(f"{name} must be a positive size, got {size}")
 
 
 # --8<-- [start:BidirectionalEncoder]
@@ -437,7 +425,6 @@ def _truncate_after_eos(tokens: Tensor, eos: int | None, pad: int) -> Tensor:
     return tokens.masked_fill(after, pad)
 
 
-# --8<-- [start:BahdanauSeq2Seq]
 @dataclass(frozen=True)
 class SpecialTokens:
     """The ids of the tokens a sequence-to-sequence model treats apart: ``bos`` starts
@@ -481,6 +468,7 @@ class _Seq2Seq(nn.Module):
         return _truncate_after_eos(tokens, self.eos, self.pad)
 
 
+# --8<-- [start:BahdanauSeq2Seq]
 class BahdanauSeq2Seq(_Seq2Seq):
     r"""Bidirectional GRU encoder + attention decoder (Bahdanau et al., 2015).
 

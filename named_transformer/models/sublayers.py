@@ -37,12 +37,10 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.core.dropout import dropout
 from named_transformer.core.feedforward import (
+    ACTIVATIONS,
+    Activation,
     feed_forward,
     gated_feed_forward,
-    gelu,
-    gelu_tanh,
-    relu,
-    silu,
 )
 from named_transformer.core.norm import layer_norm, rms_norm
 from named_transformer.recording import tap
@@ -60,16 +58,6 @@ __all__ = [
     "build_feed_forward",
     "build_norm",
 ]
-
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": relu,
-    "gelu": gelu,
-    "gelu_tanh": gelu_tanh,
-    "silu": silu,
-}
-"""The feed-forward activations by name: ``relu`` (the paper), ``gelu`` (BERT),
-``gelu_tanh`` (GPT-2's ``gelu_new``) and ``silu``."""
 
 
 # --8<-- [start:LayerNorm]

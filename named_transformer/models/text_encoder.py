@@ -119,6 +119,22 @@ class MaskedLanguageHead(_Dense):
 # --8<-- [end:MaskedLanguageHead]
 
 
+def check_bert(config: TransformerConfig) -> None:
+    """A configuration BERT cannot take, refused in one line: positions other than a
+    learned table (the default sinusoidal ones become one), or a window, which limits
+    causal self-attention where BERT attends both ways."""
+    if config.positions.kind not in ("sinusoidal", "learned"):
+        raise ValueError(
+            f"TextEncoder is BERT, whose positions are a learned table: "
+            f"{config.positions.kind} positions are not built here"
+        )
+    if config.window is not None:
+        raise ValueError(
+            f"window={config.window} limits causal self-attention; BERT attends "
+            "both ways"
+        )
+
+
 # --8<-- [start:TextEncoder]
 class TextEncoder(CountsParameters, nn.Module):
     r"""BERT: token, token-type and learned position embeddings, normalised; then
@@ -154,16 +170,7 @@ class TextEncoder(CountsParameters, nn.Module):
                 encoder_layers=12, layer=768, heads=12, hidden=3072,
                 activation="gelu", eps=1e-12,
             )  # fmt: skip
-        if config.positions.kind not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f"TextEncoder is BERT, whose positions are a learned table: "
-                f"{config.positions.kind} positions are not built here"
-            )
-        if config.window is not None:
-            raise ValueError(
-                f"window={config.window} limits causal self-attention; BERT attends "
-                "both ways"
-            )
+        check_bert(config)
         if config.positions.kind == "sinusoidal":  # the configuration's default
             config = replace(config, positions=Learned(max_positions))
         self.config = c = config
@@ -180,6 +187,9 @@ class TextEncoder(CountsParameters, nn.Module):
                 c.layer, self.embedding.table, activation=c.activation, eps=c.eps
             )
 
+    # --8<-- [end:TextEncoder]
+
+    # --8<-- [start:forward]
     @checked
     def embed(
         self,
@@ -208,6 +218,8 @@ class TextEncoder(CountsParameters, nn.Module):
         keys = None if mask is None else rearrange(mask, "... seq -> ... 1 seq")
         return self.blocks(self.embed(tokens, types), keys)
 
+    # --8<-- [end:forward]
+
     def pool(self, hidden: Tensor) -> Tensor:
         """The :class:`Pooler`'s sentence vector (built with ``pooler=True``)."""
         if self.pooler is None:
@@ -219,6 +231,3 @@ class TextEncoder(CountsParameters, nn.Module):
         if self.head is None:
             raise ValueError("this TextEncoder was built without a head")
         return self.head(hidden)
-
-
-# --8<-- [end:TextEncoder]

@@ -100,6 +100,9 @@ class Transformer(CountsParameters, nn.Module):
         embedded = self.positions(self.source_embedding(source))
         return self.stacks.encoder(embedded, source_mask)
 
+    # --8<-- [end:Transformer]
+
+    # --8<-- [start:decode]
     @checked
     def decode(
         self,
@@ -127,6 +130,9 @@ class Transformer(CountsParameters, nn.Module):
             self.stacks.decoder(embedded, memory, target_mask, source_mask)
         )
 
+    # --8<-- [end:decode]
+
+    # --8<-- [start:forward]
     @checked
     def forward(
         self,
@@ -145,5 +151,4 @@ class Transformer(CountsParameters, nn.Module):
         memory = self.encode(source, source_mask)
         return self.decode(target, memory, source_mask, target_mask)
 
-
-# --8<-- [end:Transformer]
+    # --8<-- [end:forward]

@@ -51,7 +51,6 @@ def _exported(model: nn.Module, tokens: Tensor) -> Tensor:
     return model(tokens, torch.ones_like(tokens, dtype=torch.bool))
 
 
-# --8<-- [start:SentenceEncoder]
 class SentenceEncoder(nn.Module):
     r"""A :class:`~named_transformer.models.text_encoder.TextEncoder` with its
     tokenizer: sentences in, unit-length embeddings $e$ out.
@@ -95,6 +94,7 @@ class SentenceEncoder(nn.Module):
         ]
         return Tokenized(tensor("ids"), mask, tensor("type_ids"), pieces)
 
+    # --8<-- [start:forward]
     @checked
     def forward(
         self,
@@ -118,6 +118,8 @@ class SentenceEncoder(nn.Module):
             raise ValueError("sentences must be a non-empty list of strings")
         return torch.cat(batches)  # allow-raw: batches of unequal sizes, in order
 
+    # --8<-- [end:forward]
+
     @torch.inference_mode()
     def attention(
         self, sentence: str
@@ -128,9 +130,6 @@ class SentenceEncoder(nn.Module):
         return batch.pieces[0], rearrange(
             weights, "layers 1 heads seq_q seq -> layers heads seq_q seq"
         )
-
-
-# --8<-- [end:SentenceEncoder]
 
 
 def _packaged() -> Path:

@@ -98,11 +98,6 @@ class ChatModel:
         self._check_text(text)
         return self.continue_tokens(self.tokenizer.encode(text), settings, on_text)
 
-    @staticmethod
-    def _check_text(text: str) -> None:
-        if not text.strip():
-            raise ValueError("the prompt is empty")
-
     def continue_tokens(
         self,
         prompt: list[int],
@@ -144,8 +139,13 @@ class ChatModel:
             on_text(text[len(shown) :])
         return text
 
+    # --8<-- [end:ChatModel]
 
-# --8<-- [end:ChatModel]
+    @staticmethod
+    def _check_text(text: str) -> None:
+        """An empty prompt, refused."""
+        if not text.strip():
+            raise ValueError("the prompt is empty")
 
 
 def load_gguf(path: str | Path, *, fused_attention: bool = False) -> ChatModel:

@@ -35,6 +35,17 @@ def _pad(rows: list[list[int]], pad: int) -> Tensor:
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
 
 
+def _lengths(rows: list[list[int]], extra: int = 0) -> Tensor:
+    """Each row's length plus ``extra`` (tokens added to every row, or cut: < 0)."""
+    return torch.tensor([len(r) + extra for r in rows], dtype=torch.long)
+
+
+def _causal_and_padding(tokens: Tensor, lengths: Tensor) -> Tensor:
+    """Decoder self-attention: causal and ignoring padded keys."""
+    t = tokens.shape[-1]
+    return causal_mask(t, device=tokens.device) & key_padding_mask(lengths, t)
+
+
 class _Tensors:
     """A dataclass of tensors that moves to a device as one."""
 
@@ -43,15 +54,28 @@ class _Tensors:
 
 
 @dataclass
-class Batch(_Tensors):
-    """A padded encoder–decoder batch.
+class _Sources(_Tensors):
+    """The padded source token ids and each row's real length: what an encoder reads
+    (the first fields of an encoder–decoder and of a classification batch)."""
+
+    source: Int[Tensor, "batch seq"]
+    source_lengths: Int[Tensor, " batch"]
+
+
+def _sources(sources: list[list[int]], pad: int) -> dict[str, Tensor]:
+    """The fields of :class:`_Sources` for the encoded ``sources``."""
+    return {"source": _pad(sources, pad), "source_lengths": _lengths(sources)}
+
+
+@dataclass
+class Batch(_Sources):
+    """A padded encoder–decoder batch: ``source`` and ``source_lengths``, then the
+    targets.
 
     ``target_in`` = ``<bos>`` + target (teacher forcing), ``target_out`` = target +
     ``<eos>``, padded with ``<pad>`` (ignored by the loss).
     """
 
-    source: Int[Tensor, "batch seq"]
-    source_lengths: Int[Tensor, " batch"]
     target_in: Int[Tensor, "batch seq_q"]
     target_out: Int[Tensor, "batch seq_q"]
     target_lengths: Int[Tensor, " batch"]
@@ -64,10 +88,7 @@ class Batch(_Tensors):
     @property
     def target_mask(self) -> Bool[Tensor, "batch seq_q seq_q"]:
         """Decoder self-attention: causal and ignoring padded target keys."""
-        t = self.target_in.shape[-1]
-        return causal_mask(t, device=self.target_in.device) & key_padding_mask(
-            self.target_lengths, t
-        )
+        return _causal_and_padding(self.target_in, self.target_lengths)
 
     @property
     def target_tokens(self) -> int:
@@ -91,10 +112,7 @@ class LMBatch(_Tensors):
     @property
     def mask(self) -> Bool[Tensor, "batch seq seq"]:
         """Causal and ignoring padded keys."""
-        t = self.inputs.shape[-1]
-        return causal_mask(t, device=self.inputs.device) & key_padding_mask(
-            self.lengths, t
-        )
+        return _causal_and_padding(self.inputs, self.lengths)
 
     @property
     def target_tokens(self) -> int:
@@ -110,11 +128,10 @@ def collate(examples: Sequence[Example], vocabulary: Vocabulary) -> Batch:
     sources = [vocabulary.encode(e.source) for e in examples]
     targets = [vocabulary.encode(e.target) for e in examples]
     return Batch(
-        source=_pad(sources, vocabulary.pad),
-        source_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
+        **_sources(sources, vocabulary.pad),
         target_in=_pad([[vocabulary.bos] + t for t in targets], vocabulary.pad),
         target_out=_pad([t + [vocabulary.eos] for t in targets], vocabulary.pad),
-        target_lengths=torch.tensor([len(t) + 1 for t in targets], dtype=torch.long),
+        target_lengths=_lengths(targets, extra=1),  # each target and its <eos>
     )
 
 
@@ -141,7 +158,7 @@ def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
     return LMBatch(
         inputs=_pad([r[:-1] for r in rows], vocabulary.pad),
         outputs=_pad(outputs, vocabulary.pad),
-        lengths=torch.tensor([len(r) - 1 for r in rows], dtype=torch.long),
+        lengths=_lengths(rows, extra=-1),  # the inputs: the rows less their last
         prompt_lengths=torch.tensor(prompts, dtype=torch.long),
     )
 
@@ -150,11 +167,10 @@ def collate_lm(examples: Sequence[Example], vocabulary: Vocabulary) -> LMBatch:
 
 
 @dataclass
-class ClassifyBatch(_Tensors):
-    """A padded classification batch: token ids, their lengths, one label id per row."""
+class ClassifyBatch(_Sources):
+    """A padded classification batch: token ids (``source``), their lengths
+    (``source_lengths``), one label id per row."""
 
-    source: Int[Tensor, "batch seq"]
-    source_lengths: Int[Tensor, " batch"]
     labels: Int[Tensor, " batch"]
 
     @property
@@ -180,8 +196,7 @@ def collate_classify(
     if unknown:
         raise ValueError(f"labels {sorted(unknown)} are not among {list(labels)}")
     return ClassifyBatch(
-        source=_pad(sources, vocabulary.pad),
-        source_lengths=torch.tensor([len(s) for s in sources], dtype=torch.long),
+        **_sources(sources, vocabulary.pad),
         labels=torch.tensor([list(labels).index(e.target[0]) for e in examples]),
     )
 

@@ -342,6 +342,10 @@ def _batch(
     return stacked_inputs, stacked_targets
 
 
+# --8<-- [end:train_induction]
+
+
+# --8<-- [start:training]
 def _train(
     s: InductionSettings, corpus: tuple[Tensor, Tensor], progress: bool
 ) -> tuple[AttentionOnlyModel, InductionCurves, list[Tensor]]:
@@ -385,6 +389,9 @@ def _train(
     return model, curves, before
 
 
+# --8<-- [end:training]
+
+
 @checked
 def example_weights(
     model: AttentionOnlyModel, settings: InductionSettings, period: int | None = None
@@ -397,9 +404,6 @@ def example_weights(
     with torch.no_grad(), inside.record(model, weights) as found:
         model(tokens)
     return [w.tensor[0] for w in found.each(weights)]
-
-
-# --8<-- [end:train_induction]
 
 
 # --8<-- [start:phase_change]

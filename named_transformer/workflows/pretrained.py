@@ -160,38 +160,37 @@ def _add_generation(command) -> None:
     add("--seed", type=int, default=None, help="makes the samples reproducible")
     add("--gguf", default=None,
         help="a llama.cpp GGUF file (llama or qwen2) instead of the packaged SmolLM2")
-    command.set_defaults(run=_answer)
 
 
 def add_commands(commands, formatter: type[argparse.HelpFormatter]) -> list:
     """Add ``embed``, ``attention``, ``chat`` and ``generate`` to the subcommands
     ``commands``."""
-    embed = commands.add_parser(
-        "embed", formatter_class=formatter,
-        help="embed sentences with the packaged MiniLM; print their similarities",
-    )  # fmt: skip
+
+    def command(name: str, run, about: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, formatter_class=formatter, help=about)
+        parser.set_defaults(run=run)
+        return parser
+
+    embed = command("embed", _embed,
+                    "embed sentences with the packaged MiniLM; print their "
+                    "similarities")  # fmt: skip
     embed.add_argument("sentences", nargs="+", help="the sentences to embed")
     embed.add_argument(
         "--json", action="store_true", help="print sentences and embeddings as JSON"
     )
-    embed.set_defaults(run=_embed)
-    attention = commands.add_parser(
-        "attention", formatter_class=formatter,
-        help="draw MiniLM's real attention maps of one sentence (layers × heads)",
-    )  # fmt: skip
+    attention = command("attention", _attention,
+                        "draw MiniLM's real attention maps of one sentence "
+                        "(layers × heads)")  # fmt: skip
     attention.add_argument("sentence", help="the sentence to read")
     attention.add_argument("--out", default="attention.png", help="the PNG to write")
-    attention.set_defaults(run=_attention)
-    chat = commands.add_parser(
-        "chat", formatter_class=formatter,
-        help="ask the packaged SmolLM2-135M-Instruct one question (chat template)",
-    )  # fmt: skip
+    chat = command("chat", _answer,
+                   "ask the packaged SmolLM2-135M-Instruct one question "
+                   "(chat template)")  # fmt: skip
     chat.add_argument("prompt", help="the question")
-    generate = commands.add_parser(
-        "generate", formatter_class=formatter,
-        help="continue a text with the packaged SmolLM2-135M-Instruct (no template), "
-             "or with a text model trained by `train text` (CHECKPOINT first)",
-    )  # fmt: skip
+    generate = command("generate", _answer,
+                       "continue a text with the packaged SmolLM2-135M-Instruct "
+                       "(no template), or with a text model trained by `train "
+                       "text` (CHECKPOINT first)")  # fmt: skip
     generate.add_argument(
         "prompt", help="the text to continue, or a `train text` checkpoint"
     )
@@ -199,6 +198,6 @@ def add_commands(commands, formatter: type[argparse.HelpFormatter]) -> list:
         "text", nargs="?", default=None,
         help="after a checkpoint: the text it continues",
     )  # fmt: skip
-    for command in (chat, generate):
-        _add_generation(command)
+    for parser in (chat, generate):
+        _add_generation(parser)
     return [embed, attention, chat, generate]
