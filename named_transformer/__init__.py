@@ -93,8 +93,6 @@ from named_transformer.interop.pytorch import (
 )
 from named_transformer.models.alibi import ALiBi, LinearBiases
 from named_transformer.models.attention_only import (
-    AttentionOnlyLayer,
-    AttentionOnlyModel,
     composition_score,
     ov_circuit,
     qk_circuit,
@@ -308,8 +306,6 @@ __all__ = [
     # 0.9.0: the attention owns its position scheme; the configuration builds all
     "register_scheme",
     # 0.9.0: watch a circuit form
-    "AttentionOnlyLayer",
-    "AttentionOnlyModel",
     "composition_score",
     "ov_circuit",
     "qk_circuit",

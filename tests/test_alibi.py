@@ -4,6 +4,7 @@ loop, the module against an explicit computation, cached and compiled decoding."
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -244,8 +245,10 @@ def test_bias_follows_the_slopes_device_and_dtype():
 def model_with(kind: str, norm_first: bool, seed: int, **config):
     """model_for, with extra config: grouped-query attention, a sliding window."""
     spec = make_spec("copy", kind, "tiny", vocab=VOCAB, positions="alibi")
-    spec["config"] = {**spec["config"], "norm_first": norm_first, "dropout": 0.0,
-                      "encoder_layers": 2, "decoder_layers": 2, **config}  # fmt: skip
+    spec = replace(spec, config=replace(
+        spec.config, norm_first=norm_first, dropout=0.0, encoder_layers=2,
+        decoder_layers=2, **config,
+    ))  # fmt: skip
     torch.manual_seed(seed)
     return build_model(spec).double().eval()
 

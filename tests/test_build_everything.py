@@ -25,6 +25,8 @@ import named_transformer as nt
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.variants import SCHEMES, PositionScheme
 from named_transformer.workflows.kinds import MODEL_KINDS
+from named_transformer.workflows.runner import build_model
+from named_transformer.workflows.spec import RunSpec
 
 SIZES = dict(encoder_layers=2, decoder_layers=2, layer=16, heads=4, hidden=24)
 KINDS = [name for name in MODEL_KINDS if name != "bag-of-words"]  # no configuration
@@ -156,8 +158,10 @@ def _names_the_attention(field: str, config: TransformerConfig) -> bool:
 def build(kind: str, config: TransformerConfig) -> nn.Module:
     """The model as the kind builds it from a stored spec (the one way)."""
     torch.manual_seed(0)
-    spec = {"kind": kind, "vocab": 13, "config": config.to_dict()}
-    return MODEL_KINDS[kind].build(spec).eval()
+    task = "sentiment" if MODEL_KINDS[kind].learns == "classify" else "copy"
+    stored = {"task": task, "kind": kind, "size": "tiny", "vocab": 13,
+              "config": config.to_dict()}  # fmt: skip
+    return build_model(RunSpec.from_dict(stored)).eval()
 
 
 def run(kind: str, model: nn.Module) -> torch.Tensor:

@@ -153,3 +153,22 @@ def test_a_prompt_prefilled_in_one_pass_equals_recomputation_in_float64(name):
         full = torch.cat([prompt, cached.tokens], dim=-1)
         recomputed = model(full[:, :-1])[:, prompt.shape[-1] - 1 :]
     torch.testing.assert_close(cached.log_probs, recomputed, atol=1e-12, rtol=0)
+
+
+def test_an_attention_only_block_plans_its_attention_alone():
+    """No feed-forward and no norm: the plan has the attention's residual sublayer
+    only, called as $X + f(X)$, and equals recomputation."""
+    torch.manual_seed(3)
+    config = TransformerConfig.attention_only(decoder_layers=2, layer=16, heads=4)
+    model = LanguageModel(29, config).eval()
+    decoder = IncrementalDecoder(model)
+    for plan in decoder.plans:
+        assert set(plan.residuals) == {"attention_residual"}
+        assert plan.feed_forward is None
+        assert all(r.norm is None for r in plan.residuals.values())
+    prompt = torch.tensor([[3, 1, 4]])
+    cached = greedy(decoder, prompt, TOKENS)
+    with torch.no_grad():
+        full = torch.cat([prompt, cached.tokens], dim=-1)
+        recomputed = model(full[:, :-1])[:, prompt.shape[-1] - 1 :]
+    torch.testing.assert_close(cached.log_probs, recomputed, atol=1e-5, rtol=0)

@@ -73,7 +73,7 @@ def test_train_and_decode_with_rotary_and_alibi_positions(tmp_path, capsys, posi
                   "--no-figure", "--no-progress", "--out", str(out))  # fmt: skip
     assert "held-out exact match:" in printed
     loaded = load_run(out / "checkpoint.pt")
-    assert loaded["spec"]["config"]["positions"]["kind"] == positions
+    assert loaded["spec"].config.positions.kind == positions
     attention = loaded["model"].stacks.decoder.layers[0].self_attention
     expected = {"rotary": "Rotary", "alibi": "LinearBiases"}[positions]
     assert type(attention.positions).__name__ == expected

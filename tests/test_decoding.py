@@ -5,6 +5,7 @@ post-norm), and greedy, beam search and sampling behave as their definitions say
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -30,8 +31,10 @@ def model_for(kind: str, positions: str, norm_first: bool, seed: int):
     spec = make_spec(
         "copy", kind, "tiny", vocab=VOCAB, positions=positions, max_distance=3
     )
-    spec["config"] = {**spec["config"], "norm_first": norm_first, "dropout": 0.0,
-                      "encoder_layers": 2, "decoder_layers": 2}  # fmt: skip
+    spec = replace(spec, config=replace(
+        spec.config, norm_first=norm_first, dropout=0.0, encoder_layers=2,
+        decoder_layers=2,
+    ))  # fmt: skip
     torch.manual_seed(seed)
     return build_model(spec).double().eval()
 

@@ -7,6 +7,7 @@ kv_heads/heads of the full cache) and equals recomputation; compile; bad inputs.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -413,7 +414,7 @@ def test_model_kinds_keep_kv_heads(positions):
     from named_transformer.workflows.runner import build_model, make_spec
 
     spec = make_spec("copy", "encoder-decoder", "tiny", vocab=14, positions=positions)
-    spec["config"] = {**spec["config"], "kv_heads": 1}
+    spec = replace(spec, config=replace(spec.config, kv_heads=1))
     model = build_model(spec)
     layers = [*model.stacks.encoder.layers, *model.stacks.decoder.layers]
     assert all(layer.self_attention.kv_heads == 1 for layer in layers)

@@ -12,7 +12,6 @@ import torch
 
 import named_transformer as nt
 from named_transformer.models.attention_only import (
-    AttentionOnlyModel,
     composition_score,
     ov_circuit,
     qk_circuit,
@@ -21,6 +20,7 @@ from named_transformer.workflows.induction import (
     ALPHABET,
     ATTENDED,
     InductionSettings,
+    attention_only_model,
     composition_scores,
     encode,
     head_scores,
@@ -59,8 +59,7 @@ def _top(scores: list[list[float]]) -> tuple[int, int, float]:
 def test_the_short_recipe_forms_an_induction_head_in_layer_1(trained):
     model, curves = trained
     torch.manual_seed(SHORT.seed)
-    untrained = AttentionOnlyModel(len(ALPHABET), SHORT.layers, SHORT.layer,
-                                   SHORT.heads)  # fmt: skip
+    untrained = attention_only_model(SHORT)
     assert _top(head_scores(untrained, SHORT)["induction"])[2] < THRESHOLD
     layer, _, score = _top(head_scores(model, SHORT)["induction"])
     assert (layer, score > THRESHOLD) == (1, True)
@@ -141,7 +140,9 @@ def test_phase_change_finds_an_abrupt_rise_and_no_slow_one():
 
 def test_a_record_nested_in_an_edit_names_its_taps_by_module_path():
     torch.manual_seed(0)
-    model = AttentionOnlyModel(12, 2, 16, 2)
+    model = nt.LanguageModel(
+        12, nt.TransformerConfig.attention_only(decoder_layers=2, layer=16, heads=2)
+    )
     tokens = nt.repeated_tokens(12, 5, 2)
     name = ATTENDED.format(0)
     with torch.no_grad(), nt.edit(model, {name: nt.ablate("heads", 0)}), \
@@ -156,6 +157,89 @@ def test_a_record_nested_in_an_edit_names_its_taps_by_module_path():
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs/figures/induction/results.json"
+MODEL = RESULTS.with_name("model.pt")
+
+
+def _attention_only(tokens: torch.Tensor, state: dict) -> torch.Tensor:
+    r"""The attention-only model's equation in plain PyTorch, from its weights:
+    $X^0 = E_t \sqrt{d} + P$ (the paper's sinusoids), then per layer
+    $X + \sum_h \text{softmax}(Q_h K_h^\top / \sqrt{d_k} + M) V_h W^O_h$ under the
+    causal mask, then $\log\text{softmax}(X E^\top)$."""
+    table = state["embedding.table"]
+    seq, width = tokens.shape[-1], table.shape[-1]
+    angles = torch.arange(seq).double()[:, None] / 10000 ** (
+        torch.arange(0, width, 2).double() / width
+    )
+    positions = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)
+    x = table[tokens] * width**0.5 + positions
+    causal = torch.ones(seq, seq).tril().bool()
+    layers = len({key.split(".")[2] for key in state if key.startswith("blocks.")})
+    for layer in range(layers):
+        w = {n: state[f"blocks.layers.{layer}.self_attention.w_{n}"] for n in "qkvo"}
+        q, k, v = (torch.einsum("bsl,hlk->bhsk", x, w[n]) for n in "qkv")
+        heads = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal
+        )
+        x = x + torch.einsum("bhsv,hvl->bsl", heads, w["o"])
+    return torch.log_softmax(x @ state["generator.table"].T, dim=-1)
+
+
+def test_the_committed_model_loads_and_computes_the_attention_only_equation():
+    """The trained weights of the page (saved by 0.9's AttentionOnlyModel) load into
+    the LanguageModel of TransformerConfig.attention_only under the same names, and
+    it computes the equation in float64: no feed-forward, no norm, no bias, the
+    generator tied to the embedding."""
+    state = torch.load(MODEL)
+    model = attention_only_model(InductionSettings())
+    model.load_state_dict(state)  # strict: the same names, nothing missing or left
+    assert model.generator.table is model.embedding.table
+    assert model.generator.bias is None
+    tokens = torch.randint(0, 28, (3, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = model.double()(tokens)
+    state = {name: weight.double() for name, weight in state.items()}
+    torch.testing.assert_close(got, _attention_only(tokens, state), atol=1e-12, rtol=0)
+
+
+def test_attention_only_options_of_absent_parts_are_refused_in_one_line():
+    """With no feed-forward or no norm, their options would reach nothing."""
+    refused = {
+        "activation='gelu' is the feed-forward's": dict(activation="gelu"),
+        "norm_first=True is an option of the LayerNorm": dict(norm_first=True),
+        "final_norm=True is an option of the LayerNorm": dict(final_norm=True),
+        "eps=1e-06 is an option of the LayerNorm": dict(eps=1e-6),
+    }
+    for message, option in refused.items():
+        with pytest.raises(ValueError, match=message) as raised:
+            nt.TransformerConfig.attention_only(**option)
+        assert "\n" not in str(raised.value)
+    config = nt.TransformerConfig.attention_only(decoder_layers=2, layer=16, heads=2)
+    model = nt.LanguageModel(12, config)
+    assert [name for name, _ in model.named_parameters()] == [
+        "embedding.table",
+        *(f"blocks.layers.{i}.self_attention.w_{n}" for i in (0, 1) for n in "qkvo"),
+    ]
+
+
+def test_the_logit_lens_and_attribution_of_an_attention_only_model_add_up():
+    r"""Its residual stream ends with the last attention sublayer's output (there is
+    no feed-forward), which, with no final norm, the generator reads as it is; and
+    with no norm anywhere the heads' direct logit attributions sum to what the
+    layers added to each token's logit, $E_t \cdot (X^L - X^0)$."""
+    torch.manual_seed(0)
+    model = nt.LanguageModel(
+        12, nt.TransformerConfig.attention_only(decoder_layers=2, layer=16, heads=2)
+    )
+    tokens = nt.repeated_tokens(12, 5, 2)
+    with torch.no_grad(), nt.record(model) as found:
+        log_probs = model(tokens)
+        lens = nt.logit_lens(model, found)
+        shares = nt.direct_logit_attribution(model, found, tokens).tensor
+    assert lens.tensor.shape[0] == 3  # X^0, X^1, X^2
+    torch.testing.assert_close(lens.tensor[-1], log_probs)
+    stream = nt.residual_stream(found).tensor
+    added = (model.generator.table[tokens] * (stream[-1] - stream[0])).sum(-1)
+    torch.testing.assert_close(shares.sum((0, 1)), added)
 PAGE = Path(__file__).resolve().parents[1] / "docs/models/induction-heads.md"
 
 
@@ -223,7 +307,7 @@ def test_train_induction_writes_the_curves_and_the_model(tmp_path, capsys):
     run = json.loads((tmp_path / "curves.json").read_text())
     assert run["step"] == [0, 10, 20] and run["settings"]["seed"] == 3
     assert len(run["induction"][-1]) == 2  # layers
-    model = AttentionOnlyModel(28)
+    model = attention_only_model(InductionSettings())
     model.load_state_dict(torch.load(tmp_path / "model.pt"))
     assert "phase change: none visible" in capsys.readouterr().out
 
@@ -250,7 +334,7 @@ def test_train_induction_reads_the_corpus_and_trains_one_layer(tmp_path, capsys)
     assert main(argv) == 0
     run = json.loads((tmp_path / "curves.json").read_text())
     assert run["settings"]["layers"] == 1 and len(run["induction"][-1]) == 1
-    model = AttentionOnlyModel(len(ALPHABET), layers=1)
+    model = attention_only_model(InductionSettings(layers=1))
     model.load_state_dict(torch.load(tmp_path / "model.pt"))
     # the held-out text is this corpus's: a periodic text, learned a little
     assert run["text_loss"][-1] < run["text_loss"][0]

@@ -183,6 +183,8 @@ REMOVED_IN_0_9_0 = [
     "stream", "gguf_tokenizer", "load_gguf", "Tokenized", "ChatTokenizer",
     "GGUFCheckpoint",
 ]  # fmt: skip
+# the attention-only model is a LanguageModel of TransformerConfig.attention_only()
+REMOVED_IN_0_11_0 = ["AttentionOnlyLayer", "AttentionOnlyModel"]
 
 
 def test_the_public_api_is_what_it_was_plus_what_each_version_added():
@@ -196,7 +198,8 @@ def test_the_public_api_is_what_it_was_plus_what_each_version_added():
         + ADDED_IN_0_8_0
         + ADDED_IN_0_9_0
     )
-    assert sorted(nt.__all__) == sorted(set(added) - set(REMOVED_IN_0_9_0))
+    removed = REMOVED_IN_0_9_0 + REMOVED_IN_0_11_0
+    assert sorted(nt.__all__) == sorted(set(added) - set(removed))
     missing = [name for name in nt.__all__ if not hasattr(nt, name)]
     assert not missing, missing
 

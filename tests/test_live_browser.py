@@ -566,7 +566,7 @@ def cli_warning(name: str, text: str) -> str:
     assert run is not None
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
-        read_input(run["spec"]["task"], text, run["vocabulary"], run["data"])
+        read_input(run["spec"].task, text, run["vocabulary"], run["data"])
     return stderr.getvalue().strip()
 
 
@@ -578,7 +578,7 @@ def test_sidecars_carry_the_trained_lengths(site_dir) -> None:
     checkpoint's task settings do; the others say nothing of a range."""
     for name in MODELS:
         spec, run = sidecar(site_dir, name), trained_run(name)
-        ranged = run is not None and TASKS[run["spec"]["task"]].lengths
+        ranged = run is not None and TASKS[run["spec"].task].lengths
         assert ranged == (name in RANGED), name
         if name in RANGED:
             assert run is not None
@@ -862,9 +862,10 @@ def test_induction_widget_shows_the_circuit(server, site_dir, widget_pages, cont
     queries = np.arange(1, 2 * period)
     before = float(np.mean(previous[queries].argmax(-1) == queries - 1))
     torch.manual_seed(0)
-    untrained = nt.AttentionOnlyModel(len(vocabulary), len(entries),
-                                      model.embedding.table.shape[-1],
-                                      entries[0]["heads"])  # fmt: skip
+    untrained = nt.LanguageModel(len(vocabulary), nt.TransformerConfig.attention_only(
+        decoder_layers=len(entries), layer=model.embedding.table.shape[-1],
+        heads=entries[0]["heads"],
+    ))  # fmt: skip
     layers = "blocks.layers.{}.self_attention.weights"
     with torch.no_grad(), nt.record(untrained, layers) as recorded:
         untrained(torch.tensor([live["ids"]["tokens"]]))

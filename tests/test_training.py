@@ -310,7 +310,7 @@ def test_a_checkpoint_written_by_version_0_1_0_still_loads_and_computes_the_same
         now = run["model"](
             batch.source, batch.target_in, batch.source_mask, batch.target_mask
         )
-    assert run["spec"]["kind"] == "encoder-decoder" and run["step"] == 3
+    assert run["spec"].kind.name == "encoder-decoder" and run["step"] == 3
     torch.testing.assert_close(now, then["log_probs"], rtol=0, atol=1e-6)
 
 

@@ -6,6 +6,8 @@ generations longer than the window."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -168,7 +170,7 @@ def test_positions_inside_attention_under_a_window_decode_as_recomputed(
     key the window kept: relative distances stay right after keys are dropped."""
     spec = make_spec("copy", kind, "tiny", vocab=VOCAB, positions=positions,
                      max_distance=3)  # fmt: skip
-    spec["config"] = {**spec["config"], "dropout": 0.0, "window": 3}
+    spec = replace(spec, config=replace(spec.config, dropout=0.0, window=3))
     torch.manual_seed(2)
     model = build_model(spec).double().eval()
     start = torch.randint(4, VOCAB, (2, 5))

@@ -91,8 +91,8 @@ class Live:
 
 def _trained(name: str) -> Live:
     run = load_run(CHECKPOINTS / f"{name}.pt")
-    task, vocabulary = run["spec"]["task"], run["vocabulary"]
-    kind = run["spec"]["kind"]
+    task, vocabulary = run["spec"].task, run["vocabulary"]
+    kind = run["spec"].kind.name
 
     def ids(text: str) -> dict[str, list[int]]:
         source = vocabulary.encode(tokenize(task, text))
@@ -131,12 +131,10 @@ def _minilm() -> Live:
     return Live(AttentionOutputs(encoder).eval(), {}, ids, lambda text: "")
 
 
-class InductionLive(nt.AttentionOnlyModel):
-    """The attention-only model, exported as a language model that reads the reader's
-    characters once (no decoding loop): its next-token log-probabilities at every
-    position and both layers' weights."""
-
-    onnx_interface = replace(INTERFACES[nt.LanguageModel], kind="language-model")
+#: the attention-only model's export: a language model that reads the reader's
+#: characters once (no decoding loop): its next-token log-probabilities at every
+#: position and both layers' weights
+INDUCTION_INTERFACE = replace(INTERFACES[nt.LanguageModel], kind="language-model")
 
 
 # The characters of the induction model: token i is ALPHABET[i], as the recipe reads
@@ -155,9 +153,9 @@ def read_characters(text: str) -> list[int]:
             else space if c.isspace() else other for c in text]  # fmt: skip
 
 
-def induction_model() -> InductionLive:
-    """The trained model of ``docs/figures/induction/model.pt``, its sizes read off
-    its weights."""
+def induction_model() -> nt.LanguageModel:
+    """The trained attention-only model of ``docs/figures/induction/model.pt``, its
+    sizes read off its weights."""
     state = torch.load(INDUCTION / "model.pt", map_location="cpu", weights_only=True)
     vocab, layer = state["embedding.table"].shape
     layers = len({k.split(".")[2] for k in state if k.startswith("blocks.layers.")})
@@ -165,13 +163,15 @@ def induction_model() -> InductionLive:
     if vocab != len(ALPHABET):
         raise ValueError(f"the induction model reads {vocab} tokens, ALPHABET has "
                          f"{len(ALPHABET)} characters")  # fmt: skip
-    model = InductionLive(vocab, layers, layer, heads)
+    settings = induction.InductionSettings(layers=layers, layer=layer, heads=heads)
+    model = induction.attention_only_model(settings)
     model.load_state_dict(state)
+    model.onnx_interface = INDUCTION_INTERFACE
     return model.eval()
 
 
 @torch.no_grad()
-def head_roles(model: nt.AttentionOnlyModel, period: int = 11) -> dict[str, list[int]]:
+def head_roles(model: nt.LanguageModel, period: int = 11) -> dict[str, list[int]]:
     """The best previous-token head of the first layer and the best induction head of
     the last, as ``[layer, head]``, by the library's scores on 32 random sequences of
     ``period`` tokens repeated once."""

@@ -170,9 +170,12 @@ class _Residual:
     evaluating model drops nothing), its norm called as an equation."""
 
     def __init__(self, residual: Residual) -> None:
-        self.norm, self.norm_first = _Norm(residual.norm), residual.norm_first
+        self.norm = None if residual.norm is None else _Norm(residual.norm)
+        self.norm_first = residual.norm_first
 
     def __call__(self, inputs: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm is None:  # an attention-only block
+            return inputs + sublayer(inputs)
         if self.norm_first:
             return inputs + sublayer(self.norm(inputs))
         return self.norm(inputs + sublayer(inputs))
@@ -204,7 +207,7 @@ class _LayerPlan:
     themselves), each attention's variant."""
 
     residuals: dict[str, Callable[[Tensor, Callable[[Tensor], Tensor]], Tensor]]
-    feed_forward: Callable[[Tensor], Tensor]
+    feed_forward: Callable[[Tensor], Tensor] | None  # None: attention only
     variant: AttentionVariant
     cross_variant: AttentionVariant | None
 
@@ -232,7 +235,7 @@ class _LayerPlan:
 
 _RESIDUALS = ("attention_residual", "self_attention_residual",
               "cross_attention_residual", "feed_forward_residual")  # fmt: skip
-_NORMS = (LayerNorm, RMSNorm)
+_NORMS = (LayerNorm, RMSNorm, type(None))
 _FEED_FORWARDS = (FeedForward, GatedFeedForward)
 
 
@@ -471,6 +474,8 @@ class IncrementalDecoder:
             hidden = residuals["cross_attention_residual"](hidden, cross_attend)
         else:
             hidden = residuals["attention_residual"](hidden, self_attend)
+        if plan.feed_forward is None:  # an attention-only block
+            return hidden
         return residuals["feed_forward_residual"](hidden, plan.feed_forward)
 
 

@@ -73,7 +73,12 @@ def residual_stream(found: Record, prefix: str = "blocks") -> Named:
         raise ValueError(f"no residual stream of '{prefix}' was recorded")
     entering = found.stack(f"{prefix}.layers.{{}}.{first}.inputs")
     layers = len(entering.tensor)
-    last = found[f"{prefix}.layers.{layers - 1}.feed_forward_residual.outputs"]
+    # the last sublayer's output: the feed-forward's, or, in an attention-only
+    # block, the attention's
+    last = next(
+        found[name] for kind in ("feed_forward_residual", first)
+        if (name := f"{prefix}.layers.{layers - 1}.{kind}.outputs") in found
+    )  # fmt: skip
     stream = rearrange([*entering.tensor, last.tensor], "layers ... -> layers ...")
     return Named(stream, entering.axes)
 
@@ -161,11 +166,13 @@ def direct_logit_attribution(
     ``tokens`` at every position (``layers heads *batch seq``); ``tokens`` is usually
     the next token.
 
-    Needs pre-norm blocks, so that each head's contribution reaches the final norm
-    unchanged, and every layer's ``contributions`` recorded.
+    Needs pre-norm blocks (or blocks with no norm: attention-only), so that each
+    head's contribution reaches the final norm unchanged, and every layer's
+    ``contributions`` recorded.
     """
     prefix, norm, generator = _readout(model)
-    if prefix == "blocks" and not model.blocks.layers[0].attention_residual.norm_first:
+    residual = model.blocks.layers[0].attention_residual if prefix == "blocks" else None
+    if residual is not None and residual.norm is not None and not residual.norm_first:
         raise ValueError(
             "direct logit attribution needs pre-norm blocks: in a post-norm stack "
             "every later layer's norm rescales a head's contribution"

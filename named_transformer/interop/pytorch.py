@@ -431,11 +431,15 @@ def _torch_layer_options(
     ours: nn.Module, residual: nn.Module, batch_first: bool
 ) -> dict:
     if not isinstance(residual.norm, LayerNorm):
-        raise ValueError("PyTorch's Transformer layers have no RMSNorm (norm='rms')")
-    if not isinstance(ours.feed_forward, FeedForward):
+        kind = None if residual.norm is None else "rms"
         raise ValueError(
-            "PyTorch's Transformer layers have no gated feed-forward "
-            "(feed_forward='gated')"
+            f"PyTorch's Transformer layers have a LayerNorm, not norm={kind!r}"
+        )
+    if not isinstance(ours.feed_forward, FeedForward):
+        kind = None if ours.feed_forward is None else "gated"
+        raise ValueError(
+            "PyTorch's Transformer layers have a plain feed-forward, not "
+            f"feed_forward={kind!r}"
         )
     return {
         "dropout": residual.dropout,

@@ -10,7 +10,8 @@ dropout 0.3.
 The modern block (Llama, Qwen2, Mistral) is the same configuration with other choices:
 ``norm="rms"``, ``feed_forward="gated"`` with ``activation="silu"``, ``bias=False``,
 ``norm_first=True``, ``kv_heads`` and rotary positions
-(:meth:`TransformerConfig.llama`).
+(:meth:`TransformerConfig.llama`). The attention-only block of Elhage et al. (2021)
+is ``feed_forward=None`` and ``norm=None`` (:meth:`TransformerConfig.attention_only`).
 
 The configuration is the one way a model is built: every model, the model kinds of
 the command line, and the Hugging Face and GGUF importers make their layers from it,
@@ -72,9 +73,11 @@ class TransformerConfig:
     # or a part of every self-attention (Rotary(base), ALiBi(), Relative(k)); a kind's
     # name ("rotary") stands for its scheme with the default parameters
     positions: PositionScheme = Sinusoidal()
-    # every normalisation: "layer" (LayerNorm, the paper) or "rms" (RMSNorm, Llama)
+    # every normalisation: "layer" (LayerNorm, the paper), "rms" (RMSNorm, Llama) or
+    # None (none: attention-only blocks)
     norm: NormKind = "layer"
-    # "plain" (W^2 . act(W^1 . X)) or "gated" (SwiGLU with activation="silu", Llama)
+    # "plain" (W^2 . act(W^1 . X)), "gated" (SwiGLU with activation="silu", Llama)
+    # or None (none: attention-only blocks; `hidden` is then unused)
     feed_forward: FeedForwardKind = "plain"
     # every additive parameter (attention and feed-forward biases, LayerNorm's beta);
     # False: none (Llama, Mistral)
@@ -123,16 +126,39 @@ class TransformerConfig:
             )
         if self.kv_heads is not None:
             check_groups(self.heads, self.kv_heads)
-        if self.norm not in ("layer", "rms"):
-            raise ValueError(f"norm must be 'layer' or 'rms', got {self.norm!r}")
-        if self.feed_forward not in ("plain", "gated"):
+        if self.norm not in ("layer", "rms", None):
             raise ValueError(
-                f"feed_forward must be 'plain' or 'gated', got {self.feed_forward!r}"
+                f"norm must be 'layer', 'rms' or None, got {self.norm!r}"
             )
+        if self.feed_forward not in ("plain", "gated", None):
+            raise ValueError(
+                "feed_forward must be 'plain', 'gated' or None, got "
+                f"{self.feed_forward!r}"
+            )
+        self._refuse_options_of_absent_parts()
         if self.window is not None and self.window < 1:
             raise ValueError(
                 f"window must be at least 1 (the query itself), got {self.window}"
             )
+
+    def _refuse_options_of_absent_parts(self) -> None:
+        """An option of the norm or of the feed-forward moved off its default where
+        there is none is refused: it would reach no module."""
+        default = type(self)  # a dataclass keeps the fields' defaults on the class
+        if self.feed_forward is None and self.activation != default.activation:
+            raise ValueError(
+                f"activation={self.activation!r} is the feed-forward's, and "
+                "feed_forward=None builds none"
+            )
+        if self.norm is None:
+            for name, moved in (("norm_first", self.norm_first),
+                                ("final_norm", self.final_norm),
+                                ("eps", self.eps != default.eps)):  # fmt: skip
+                if moved:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} is an option of the "
+                        "LayerNorm or RMSNorm, and norm=None builds none"
+                    )
 
     @classmethod
     def llama(cls, **sizes) -> TransformerConfig:
@@ -149,6 +175,21 @@ class TransformerConfig:
             positions="rotary",
         )  # fmt: skip
         return cls(**{**choices, **sizes})
+
+    # --8<-- [start:attention_only]
+    @classmethod
+    def attention_only(cls, **sizes) -> TransformerConfig:
+        r"""The attention-only block (Elhage et al. 2021): no feed-forward, no norms,
+        no biases, no dropout, so that a block is
+        $X^l = X^{l-1} + \text{MultiHead}^l(X^{l-1}, M)$; ``sizes`` (decoder_layers,
+        layer, heads, positions, ...) override any of them. Build the model with
+        ``LanguageModel(vocab, config)``: the paper's sinusoidal positions, the
+        scaled embedding and the generator tied to it, without a bias.
+        """
+        choices = dict(feed_forward=None, norm=None, bias=False, dropout=0.0)
+        return cls(**{**choices, **sizes})
+
+    # --8<-- [end:attention_only]
 
     @property
     def key(self) -> int:
@@ -177,5 +218,5 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any]) -> TransformerConfig:
         """The configuration :meth:`to_dict` wrote (a checkpoint's before 0.9 is
-        read by :func:`~named_transformer.workflows.kinds.config_of`)."""
+        read by :func:`~named_transformer.workflows.spec.config_of`)."""
         return cls(**stored)

@@ -69,7 +69,9 @@ class DecoderLayer(CountsParameters, nn.Module):
         )  # fmt: skip
         self.self_attention_residual = Residual.of(c)
         self.cross_attention_residual = Residual.of(c)
-        self.feed_forward_residual = Residual.of(c)
+        self.feed_forward_residual = None if self.feed_forward is None else (
+            Residual.of(c)
+        )
 
     @checked
     def forward(
@@ -97,8 +99,9 @@ class DecoderLayer(CountsParameters, nn.Module):
             )
 
         hidden = self.self_attention_residual(inputs, self_attend)
-        hidden = self.cross_attention_residual(hidden, cross_attend)
-        outputs = self.feed_forward_residual(hidden, self.feed_forward)
+        outputs = self.cross_attention_residual(hidden, cross_attend)
+        if self.feed_forward is not None:  # None: no feed-forward sublayer
+            outputs = self.feed_forward_residual(outputs, self.feed_forward)
         return outputs
 
 

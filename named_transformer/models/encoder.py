@@ -77,7 +77,9 @@ class EncoderLayer(CountsParameters, nn.Module):
     ``norm_first=True``, ``bias=False``); ``qkv_bias`` keeps $b^Q, b^K, b^V$ alone
     (Qwen2). ``positions`` is the self-attention's position scheme; ``causal`` says
     whether the layer attends causally (a decoder-only model's block: ALiBi's
-    one-sided form) or both ways.
+    one-sided form) or both ways. ``feed_forward=None`` builds the self-attention
+    sublayer alone (with ``norm=None``, an attention-only block:
+    $X + \text{SelfAtt}(X)$).
     """
 
     def __init__(
@@ -97,7 +99,9 @@ class EncoderLayer(CountsParameters, nn.Module):
             dropout=c.dropout, bias=c.bias,
         )  # fmt: skip
         self.attention_residual = Residual.of(c)
-        self.feed_forward_residual = Residual.of(c)
+        self.feed_forward_residual = None if self.feed_forward is None else (
+            Residual.of(c)
+        )
 
     @checked
     def forward(
@@ -113,8 +117,9 @@ class EncoderLayer(CountsParameters, nn.Module):
         def self_attend(x: Tensor) -> Tensor:
             return self.self_attention(x, mask=mask, **_biased(score_bias=score_bias))
 
-        hidden = self.attention_residual(inputs, self_attend)
-        outputs = self.feed_forward_residual(hidden, self.feed_forward)
+        outputs = self.attention_residual(inputs, self_attend)
+        if self.feed_forward is not None:  # None: an attention-only block
+            outputs = self.feed_forward_residual(outputs, self.feed_forward)
         return outputs
 
 

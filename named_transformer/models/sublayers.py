@@ -22,7 +22,9 @@ selects pre-norm, PyTorch's name.
 Two variation points of the block are modern options: the normalisation (``norm``:
 ``"layer"``, or ``"rms"`` for :class:`RMSNorm`) and the feed-forward (``"plain"``, or
 ``"gated"`` for :class:`GatedFeedForward`, SwiGLU with SiLU). Llama, Qwen and Mistral
-blocks are pre-norm with both.
+blocks are pre-norm with both. Either may be ``None``: no norm makes a sublayer
+$X + \text{Dropout}(f(X))$, and no feed-forward leaves the block its attention alone
+(the attention-only Transformer of Elhage et al. 2021).
 """
 
 from __future__ import annotations
@@ -106,19 +108,22 @@ class RMSNorm(nn.Module):
         return tap("normalised", rms_norm(inputs, self.gamma, self.eps), "*batch layer")
 
 
-NormKind = Literal["layer", "rms"]
+NormKind = Literal["layer", "rms", None]  # allow-raw: a Literal choice, not indexing
 
 
 def build_norm(
     kind: NormKind, layer: int, eps: float = 1e-5, *, bias: bool = True
-) -> LayerNorm | RMSNorm:
+) -> LayerNorm | RMSNorm | None:
     r"""The normalisation ``kind`` names: ``"layer"`` (:class:`LayerNorm`, $\beta$
-    unless ``bias=False``) or ``"rms"`` (:class:`RMSNorm`, never a shift)."""
+    unless ``bias=False``), ``"rms"`` (:class:`RMSNorm`, never a shift) or ``None``
+    (none)."""
+    if kind is None:
+        return None
     if kind == "layer":
         return LayerNorm(layer, eps, bias=bias)
     if kind == "rms":
         return RMSNorm(layer, eps)
-    raise ValueError(f"norm must be 'layer' or 'rms', got {kind!r}")
+    raise ValueError(f"norm must be 'layer', 'rms' or None, got {kind!r}")
 
 
 # --8<-- [end:RMSNorm]
@@ -227,7 +232,7 @@ class GatedFeedForward(_Activated):
         )  # fmt: skip
 
 
-FeedForwardKind = Literal["plain", "gated"]
+FeedForwardKind = Literal["plain", "gated", None]  # allow-raw: a Literal choice
 
 
 def build_feed_forward(
@@ -238,15 +243,19 @@ def build_feed_forward(
     activation: Activation = "relu",
     dropout: float = 0.0,
     bias: bool = True,
-) -> FeedForward | GatedFeedForward:
-    """The feed-forward ``kind`` names: ``"plain"`` (:class:`FeedForward`) or
-    ``"gated"`` (:class:`GatedFeedForward`)."""
+) -> FeedForward | GatedFeedForward | None:
+    """The feed-forward ``kind`` names: ``"plain"`` (:class:`FeedForward`),
+    ``"gated"`` (:class:`GatedFeedForward`) or ``None`` (none: attention only)."""
+    if kind is None:
+        return None
     if kind == "plain":
         cls = FeedForward
     elif kind == "gated":
         cls = GatedFeedForward
     else:
-        raise ValueError(f"feed_forward must be 'plain' or 'gated', got {kind!r}")
+        raise ValueError(
+            f"feed_forward must be 'plain', 'gated' or None, got {kind!r}"
+        )
     return cls(layer, hidden, activation=activation, dropout=dropout, bias=bias)
 
 
@@ -260,7 +269,8 @@ class Residual(nn.Module):
     Post-norm (default, the paper): $\text{LayerNorm}(X + \text{Dropout}(f(X)))$.
     Pre-norm (``norm_first=True``): $X + \text{Dropout}(f(\text{LayerNorm}(X)))$.
     ``bias=False`` leaves out the LayerNorm's $\beta$; ``norm="rms"`` normalises with
-    :class:`RMSNorm` instead (Llama's blocks: pre-norm with RMSNorm).
+    :class:`RMSNorm` instead (Llama's blocks: pre-norm with RMSNorm); ``norm=None``
+    with neither: $X + \text{Dropout}(f(X))$ (attention-only blocks).
     """
 
     def __init__(
@@ -294,11 +304,14 @@ class Residual(nn.Module):
     ) -> Float[Tensor, "*batch seq layer"]:
         stream = "*batch seq layer"  # the residual stream, tapped on both sides
         inputs = tap("inputs", inputs, stream)
-        if self.norm_first:
-            outputs = tap("sublayer", sublayer(self.norm(inputs)), stream)
+        if self.norm is None or self.norm_first:  # no norm: X + f(X) either way
+            outputs = tap("sublayer", sublayer(self._normalise(inputs)), stream)
             return tap("outputs", inputs + self._drop(outputs), stream)
         outputs = tap("sublayer", sublayer(inputs), stream)
         return tap("outputs", self.norm(inputs + self._drop(outputs)), stream)
+
+    def _normalise(self, inputs: Tensor) -> Tensor:
+        return inputs if self.norm is None else self.norm(inputs)
 
     def _drop(self, outputs: Tensor) -> Tensor:
         return dropout(outputs, self.dropout, self.training)

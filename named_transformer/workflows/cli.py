@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     from named_transformer.workflows.data import Vocabulary
     from named_transformer.workflows.runner import RunSettings
+    from named_transformer.workflows.spec import RunSpec
 
 from named_transformer.workflows.recipes import (
     KINDS,
@@ -212,12 +213,11 @@ def _figure(run: dict, source: Sequence[str], path: Path | None, title: str) -> 
     from named_transformer.workflows.runner import attention_figure, attention_maps
     from named_transformer.workflows.tasks import detokenize
 
-    prediction, maps = attention_maps(
-        run["model"], run["spec"], run["vocabulary"], source
-    )
+    spec = run["spec"]
+    prediction, maps = attention_maps(run["model"], spec, run["vocabulary"], source)
     if maps:
-        task = run["spec"]["task"]
-        attention_figure(maps, path, title=f"{title}: {detokenize(task, prediction)}")
+        what = detokenize(spec.task, prediction)
+        attention_figure(maps, path, title=f"{title}: {what}")
         print(f"attention maps: {path}")
     else:
         print("attention maps: none (the bag-of-words model has no attention)")
@@ -282,18 +282,14 @@ def _train(args: argparse.Namespace) -> int:
 def _start_line(
     args: argparse.Namespace, settings: RunSettings | None, out: Path
 ) -> str:
-    from named_transformer.workflows.kinds import kind_of
-    from named_transformer.workflows.tasks import TASKS
+    from named_transformer.workflows.spec import kind_for
 
     if settings is None:
         steps = getattr(args, "steps", None) or "3000"
         what = f"the text model on {args.corpus or 'the pydoc_data corpus'}"
     else:
         steps = settings.steps
-        learns = TASKS[args.task].kind
-        kind = args.model or next(k for k in KINDS if kind_of(k).learns == learns)
-        if kind_of(kind).learns != learns:
-            raise ValueError(f"task {args.task!r} cannot be learned by a {kind} model")
+        kind = kind_for(args.task, args.model).name
         what = f"a {settings.size} {kind} model on {args.task}"
     return (f"training {what} (at most {steps} steps) into {out}; Ctrl-C stops "
             "and saves a checkpoint")  # fmt: skip
@@ -335,9 +331,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     default = Path(args.checkpoint).with_name("attention-evaluate.png")
     figure = _checked_figure(args, default)
     run = load_run(args.checkpoint)
-    task = run["spec"]["task"]
-    examples = held_out(task, run["data"], args.n)
     model, spec, vocabulary = run["model"], run["spec"], run["vocabulary"]
+    task = spec.task
+    examples = held_out(task, run["data"], args.n)
     results = {
         "task": task,
         "held_out": evaluate_model(model, spec, vocabulary, examples),
@@ -347,7 +343,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         results["contrast"] = evaluate_model(model, spec, vocabulary, contrast)
     title = detokenize(task, examples[0].source)
     _figure(run, examples[0].source, figure, title)
-    print(f"{len(examples)} held-out examples of {task}, {spec['kind']} "
+    print(f"{len(examples)} held-out examples of {task}, {spec.kind.name} "
           f"after {run['step']} steps")  # fmt: skip
     for line in _score_lines(results):
         print(line)
@@ -390,24 +386,21 @@ def read_input(
 UNTABLED_LIMIT = 4096
 
 
-def _within_positions(spec: dict, source: Sequence[str], trained: dict) -> None:
+def _within_positions(spec: RunSpec, source: Sequence[str], trained: dict) -> None:
     """Refuse, before decoding, a source longer than the model's learned positions
     (their ``max_positions``; a spec before 0.9 stored it for every scheme), or, with
     no table, longer than :data:`UNTABLED_LIMIT`."""
-    from named_transformer.workflows.kinds import config_of
     from named_transformer.workflows.tasks import TASKS
 
-    # the configuration, not the spec's top level: a 0.9 spec keeps its positions
-    # there, and config_of reads the older specs into the same place
-    positions = config_of(spec).positions
-    limit = getattr(positions, "max_positions", None) or spec.get("max_positions")
+    positions = spec.config.positions
+    limit = getattr(positions, "max_positions", None) or spec.max_positions
     reader = "this model reads"
     if limit is None:
         limit = UNTABLED_LIMIT
         reader = f"decode reads, with {positions.kind} positions,"
     if len(source) > limit:
         seen = ""
-        if TASKS[spec["task"]].lengths:
+        if TASKS[spec.task].lengths:
             seen = f" (it was trained on {trained['min_len']} to {trained['max_len']})"
         raise ValueError(
             f"the input has {len(source):,} tokens; {reader} at most {limit:,}{seen}"
@@ -422,13 +415,14 @@ def _decode(args: argparse.Namespace) -> int:
     default = Path(args.checkpoint).with_name("attention-decode.png")
     figure = _checked_figure(args, default)
     run = load_run(args.checkpoint)
-    task = run["spec"]["task"]
+    spec = run["spec"]
+    task = spec.task
     source = read_input(task, args.input, run["vocabulary"], run["data"])
     if not any(t != START for t in source):
         raise ValueError(f"{args.input!r} has no tokens for task {task!r}")
-    _within_positions(run["spec"], source, run["data"])
+    _within_positions(spec, source, run["data"])
     (output,) = decode_examples(
-        run["model"], run["spec"], run["vocabulary"], [source], method=args.method,
+        run["model"], spec, run["vocabulary"], [source], method=args.method,
         width=args.width, alpha=args.alpha, temperature=args.temperature,
         top_k=args.top_k, seed=args.seed,
     )  # fmt: skip

@@ -30,7 +30,7 @@ def task_metadata(run: dict[str, Any]) -> dict[str, Any]:
     from named_transformer.workflows.tasks import TASKS, detokenize, make_task
 
     spec, vocabulary, data = run["spec"], run["vocabulary"], run["data"]
-    task, info = spec["task"], TASKS[spec["task"]]
+    task, info = spec.task, TASKS[spec.task]
     lengths = {k: data[k] for k in ("min_len", "max_len")}
     seen = make_task(task, 2000, data["seed"], **lengths)  # what training drew
     example = held_out(task, dict(data), 1)[0]

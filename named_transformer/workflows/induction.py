@@ -46,11 +46,12 @@ from torch import Tensor
 import named_transformer.inside as inside
 from named_transformer.axes import checked
 from named_transformer.models.attention_only import (
-    AttentionOnlyModel,
     composition_score,
     ov_circuit,
     qk_circuit,
 )
+from named_transformer.models.config import TransformerConfig
+from named_transformer.models.language_model import LanguageModel
 from named_transformer.workflows.text import _windows, read_corpus
 from named_transformer.workflows.threads import threads
 
@@ -59,6 +60,7 @@ __all__ = [
     "InductionCurves",
     "InductionSettings",
     "ablation_effects",
+    "attention_only_model",
     "composition_scores",
     "curves_figure",
     "encode",
@@ -165,6 +167,19 @@ class InductionSettings:
 # --8<-- [end:InductionSettings]
 
 
+# --8<-- [start:attention_only_model]
+def attention_only_model(settings: InductionSettings) -> LanguageModel:
+    """The recipe's model, untrained: ``settings.layers`` attention-only layers of
+    ``settings.heads`` heads, ``settings.layer`` wide, over the :data:`ALPHABET`."""
+    config = TransformerConfig.attention_only(
+        decoder_layers=settings.layers, layer=settings.layer, heads=settings.heads
+    )
+    return LanguageModel(len(ALPHABET), config)
+
+
+# --8<-- [end:attention_only_model]
+
+
 # --8<-- [start:repeated_segments]
 @checked
 def repeated_segments(
@@ -200,7 +215,7 @@ def token_losses(
 
 # --8<-- [start:head_scores]
 def head_scores(
-    model: AttentionOnlyModel, settings: InductionSettings,
+    model: LanguageModel, settings: InductionSettings,
     edits: Mapping[str, inside.Edit] | None = None,
 ) -> dict[str, list]:  # fmt: skip
     """Each head's induction and previous-token scores (``layers heads``, the mean
@@ -260,7 +275,7 @@ def held_out(
 
 @checked
 def position_losses(
-    model: AttentionOnlyModel, inputs: Int[Tensor, "batch seq"],
+    model: LanguageModel, inputs: Int[Tensor, "batch seq"],
     targets: Int[Tensor, "batch seq"], edits: Mapping[str, inside.Edit] | None = None,
 ) -> Float[Tensor, " seq"]:  # fmt: skip
     """The mean loss at every position of the windows ``inputs`` (nats)."""
@@ -314,7 +329,7 @@ def train_induction(
     settings: InductionSettings | None = None, *, text: str | None = None,
     progress: bool = True,
 ) -> tuple[
-    AttentionOnlyModel, InductionCurves, list[Float[Tensor, "heads seq_q seq"]]
+    LanguageModel, InductionCurves, list[Float[Tensor, "heads seq_q seq"]]
 ]:  # fmt: skip
     """Train the attention-only model on batches of ``text`` (the default corpus for
     None) and :func:`repeated_segments`; return it, its curves, and its attention
@@ -348,9 +363,9 @@ def _batch(
 # --8<-- [start:training]
 def _train(
     s: InductionSettings, corpus: tuple[Tensor, Tensor], progress: bool
-) -> tuple[AttentionOnlyModel, InductionCurves, list[Tensor]]:
+) -> tuple[LanguageModel, InductionCurves, list[Tensor]]:
     torch.manual_seed(s.seed)
-    model = AttentionOnlyModel(len(ALPHABET), s.layers, s.layer, s.heads)
+    model = attention_only_model(s)
     optimizer = torch.optim.AdamW(model.parameters(), lr=s.rate, weight_decay=0.0)
     generator = torch.Generator().manual_seed(s.seed + 1)
     windows, curves = held_out(corpus[1], s), InductionCurves(asdict(s))
@@ -394,7 +409,7 @@ def _train(
 
 @checked
 def example_weights(
-    model: AttentionOnlyModel, settings: InductionSettings, period: int | None = None
+    model: LanguageModel, settings: InductionSettings, period: int | None = None
 ) -> list[Float[Tensor, "heads seq_q seq"]]:
     """Each layer's weights (``heads seq_q seq``) on one repeated random sequence of
     ``period`` tokens (the longest scored period when None)."""
@@ -426,7 +441,7 @@ def phase_change(
 
 
 # --8<-- [start:composition_scores]
-def composition_scores(model: AttentionOnlyModel) -> list[list[float]]:
+def composition_scores(model: LanguageModel) -> list[list[float]]:
     """K-composition of every head $h_1$ of layer 1 with every head $h_0$ of layer
     0 (:func:`~named_transformer.models.attention_only.composition_score`):
     ``scores[h1][h0]``."""
@@ -450,7 +465,7 @@ def composition_scores(model: AttentionOnlyModel) -> list[list[float]]:
 
 # --8<-- [start:ablation_effects]
 def ablation_effects(
-    model: AttentionOnlyModel, settings: InductionSettings, text: str | None = None
+    model: LanguageModel, settings: InductionSettings, text: str | None = None
 ) -> list[dict[str, Any]]:
     """Every head zeroed in turn (its output $Y_h$, ``attended``): the heads'
     induction scores, the loss and the ICL score on the held-out part of ``text``

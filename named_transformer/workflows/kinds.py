@@ -1,10 +1,12 @@
 r"""Model kinds: one class per kind of model, each knowing its whole workflow.
 
-A kind builds its model from a *spec* (the JSON-friendly dict stored in every
-checkpoint), turns examples into its kind of batch, computes its loss, decodes, and
-collects its attention maps. The runner looks the kind up by ``spec["kind"]`` in one
-table, :data:`MODEL_KINDS`, and only calls methods: adding a kind is one new class
-with the :func:`register` decorator.
+A kind builds its model from a run's
+:class:`~named_transformer.workflows.spec.RunSpec` (which holds the kind itself),
+turns examples into its kind of batch, computes its loss, decodes, and collects its
+attention maps. The kinds are registered by name in one table, :data:`MODEL_KINDS`,
+read when a checkpoint's spec is (:meth:`~named_transformer.workflows.spec.RunSpec.
+from_dict`); the runner only calls methods: adding a kind is one new class with the
+:func:`register` decorator.
 
 * ``encoder-decoder``: :class:`~named_transformer.models.transformer.Transformer`;
 * ``decoder-only``: :class:`~named_transformer.models.language_model.LanguageModel`,
@@ -13,20 +15,19 @@ with the :func:`register` decorator.
 * ``bag-of-words``: the sentiment baseline
   :class:`~named_transformer.workflows.sentiment.BagOfWords`.
 
-The Transformer kinds build from the spec's configuration,
-``spec["config"]`` (:meth:`~named_transformer.models.config.TransformerConfig.to_dict`),
-whose ``positions`` are added to the embeddings (sinusoidal, the paper; learned) or
-are a scheme of every self-attention (rotary, ALiBi: causal in decoders and symmetric
-in encoders; relative). Cross-attention keeps no positions in every case: its queries
-and its keys (the encoder output) already carry their own. A spec written before 0.9
-named the positions beside the configuration; :func:`config_of` reads both.
+The Transformer kinds build from the spec's configuration
+(:class:`~named_transformer.models.config.TransformerConfig`), whose ``positions`` are
+added to the embeddings (sinusoidal, the paper; learned) or are a scheme of every
+self-attention (rotary, ALiBi: causal in decoders and symmetric in encoders;
+relative). Cross-attention keeps no positions in every case: its queries and its keys
+(the encoder output) already carry their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -44,7 +45,6 @@ from named_transformer.models.config import TransformerConfig
 from named_transformer.models.embedding import NoPositions
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.transformer import Transformer
-from named_transformer.models.variants import position_scheme
 from named_transformer.recording import record
 from named_transformer.workflows.batches import (
     collate,
@@ -55,6 +55,9 @@ from named_transformer.workflows.data import Example, Vocabulary
 from named_transformer.workflows.sentiment import LABELS, BagOfWords
 from named_transformer.workflows.training import smoothed_cross_entropy
 
+if TYPE_CHECKING:  # the spec holds a kind: it imports this module
+    from named_transformer.workflows.spec import RunSpec
+
 __all__ = [
     "MODEL_KINDS",
     "AttentionMap",
@@ -64,7 +67,6 @@ __all__ = [
     "EncoderDecoderKind",
     "ModelKind",
     "NoPositions",
-    "config_of",
     "kind_of",
     "register",
 ]
@@ -86,20 +88,23 @@ def _labels(tokens: Sequence[str]) -> list[str]:
 class ModelKind:
     """What the runner needs of a kind of model; subclasses fill in each step."""
 
-    name: str  # the spec's "kind"
+    name: str  # its name in a stored spec's "kind"
     learns: str  # the task kind it can learn: "seq2seq" or "classify"
     # The attention maps: (the recorded name of the weights, {} for the layer;
     # title, query labels, key labels), where labels are the "source", the
     # "target" (<bos> + prediction) or the "prompt" (source <bos> prediction).
     maps: tuple[tuple[str, str, str, str], ...] = ()
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"  # one instance each, registered
+
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         """A fresh model for a vocabulary of ``vocab`` tokens."""
         raise NotImplementedError
 
-    def build(self, spec: dict[str, Any]) -> nn.Module:
+    def build(self, spec: RunSpec) -> nn.Module:
         """The model ``spec`` describes: its configuration, positions included."""
-        return self.network(spec["vocab"], config_of(spec))
+        return self.network(spec.vocab, spec.config)
 
     def collate(self, examples: Sequence[Example], vocabulary: Vocabulary) -> Any:
         """The padded batch of ``examples``."""
@@ -192,21 +197,6 @@ def register(kind: _Kind) -> _Kind:
     """Add a kind to :data:`MODEL_KINDS` under its ``name``."""
     MODEL_KINDS[kind.name] = kind()
     return kind
-
-
-def config_of(spec: dict[str, Any]) -> TransformerConfig:
-    """The configuration a spec describes. Before 0.9 a spec named its positions
-    beside the configuration (``positions``, ``max_distance``, ``max_positions``, and
-    the configuration's ``rotary_base``): read here into ``positions``."""
-    stored = dict(spec["config"])
-    if "positions" not in stored:
-        stored["positions"] = position_scheme(
-            spec.get("positions", "sinusoidal"),
-            max_distance=spec.get("max_distance"),
-            max_positions=spec.get("max_positions"),
-            base=stored.pop("rotary_base", None),
-        ).to_dict()
-    return TransformerConfig.from_dict(stored)
 
 
 def kind_of(name: str) -> ModelKind:
@@ -394,6 +384,5 @@ class BagOfWordsKind(_Classifying):
 
     name = "bag-of-words"
 
-    def build(self, spec: dict[str, Any]) -> nn.Module:
-        layer = spec["config"]["layer"]
-        return BagOfWords(spec["vocab"], len(LABELS), layer)  # no positions to add
+    def build(self, spec: RunSpec) -> nn.Module:
+        return BagOfWords(spec.vocab, len(LABELS), spec.config.layer)  # no positions

@@ -1,10 +1,11 @@
 r"""From a task name to a trained model: build, train, evaluate, decode.
 
-The CLI is built on these functions. A *spec* (a JSON-friendly dict stored in every
-checkpoint, made by :func:`make_spec`) says which model to build: its ``kind`` names
-one of the model kinds of :mod:`named_transformer.workflows.kinds`, which builds it,
-batches its examples, computes its loss, decodes and collects its attention maps. The
-functions here look the kind up and call it; none of them knows what kinds there are.
+The CLI is built on these functions. A *spec*
+(:class:`~named_transformer.workflows.spec.RunSpec`, made by :func:`make_spec`, stored
+in every checkpoint as JSON) says which model to build: its ``kind`` is one of the
+model kinds of :mod:`named_transformer.workflows.kinds`, which builds it, batches its
+examples, computes its loss, decodes and collects its attention maps. The functions
+here call the spec's kind; none of them knows what kinds there are.
 """
 
 from __future__ import annotations
@@ -24,12 +25,7 @@ from named_transformer.axes import checked
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.variants import position_scheme
 from named_transformer.workflows.data import Example, Vocabulary
-from named_transformer.workflows.kinds import (
-    MODEL_KINDS,
-    AttentionMap,
-    NoPositions,
-    kind_of,
-)
+from named_transformer.workflows.kinds import MODEL_KINDS, AttentionMap, NoPositions
 from named_transformer.workflows.recipes import (  # numbers the parser reads too
     PAPER,
     RECIPES,
@@ -37,6 +33,7 @@ from named_transformer.workflows.recipes import (  # numbers the parser reads to
     position_choices,
 )
 from named_transformer.workflows.sentiment import negation_contrast_set
+from named_transformer.workflows.spec import RunSpec, kind_for
 from named_transformer.workflows.tasks import TASKS, make_task, task_vocabulary
 from named_transformer.workflows.training import (
     CheckpointError,
@@ -53,6 +50,7 @@ __all__ = [
     "SIZES",
     "NoPositions",
     "RunSettings",
+    "RunSpec",
     "attention_figure",
     "attention_maps",
     "build_model",
@@ -179,15 +177,13 @@ def make_spec(
     max_distance: int = 8,
     max_positions: int = 128,
     dropout: float = 0.1,
-) -> dict[str, Any]:
-    """The JSON-friendly description of a model for ``task`` (validated here).
+) -> RunSpec:
+    """The description of a model of ``size`` for ``task`` (validated here).
 
-    ``kind`` defaults to the first registered kind that can learn the task.
+    ``kind`` names a model kind; by default the first registered kind that can learn
+    the task.
     """
-    learns = TASKS[task].kind
-    kind = kind or next(k for k, m in MODEL_KINDS.items() if m.learns == learns)
-    if kind_of(kind).learns != learns:
-        raise ValueError(f"task {task!r} cannot be learned by a {kind} model")
+    model_kind = kind_for(task, kind)
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     if positions not in position_choices():
@@ -202,35 +198,31 @@ def make_spec(
         encoder_layers=s["layers"], decoder_layers=s["layers"], layer=s["layer"],
         heads=s["heads"], hidden=s["hidden"], dropout=dropout, positions=scheme,
     )  # fmt: skip
-    return {
-        "task": task, "kind": kind, "size": size, "vocab": vocab,
-        "config": config.to_dict(),
-    }  # fmt: skip
+    return RunSpec(task, model_kind, size, vocab, config)
 
 
-def build_model(spec: dict[str, Any]) -> nn.Module:
+def build_model(spec: RunSpec) -> nn.Module:
     """A fresh model as ``spec`` describes (see :func:`make_spec`)."""
-    return kind_of(spec["kind"]).build(spec)
+    return spec.kind.build(spec)
 
 
 def make_collate(
-    spec: dict[str, Any], vocabulary: Vocabulary
+    spec: RunSpec, vocabulary: Vocabulary
 ) -> Callable[[list[Example]], Any]:
     """The batching function of the model's kind."""
-    return partial(kind_of(spec["kind"]).collate, vocabulary=vocabulary)
+    return partial(spec.kind.collate, vocabulary=vocabulary)
 
 
 def loss_function(
-    spec: dict[str, Any], vocabulary: Vocabulary, smoothing: float = 0.1
+    spec: RunSpec, vocabulary: Vocabulary, smoothing: float = 0.1
 ) -> LossFunction:
     """``loss(model, batch) -> (summed label-smoothed cross-entropy, target count)``."""
-    loss = kind_of(spec["kind"]).loss
-    return partial(loss, vocabulary=vocabulary, smoothing=smoothing)
+    return partial(spec.kind.loss, vocabulary=vocabulary, smoothing=smoothing)
 
 
 def decode_examples(
     model: nn.Module,
-    spec: dict[str, Any],
+    spec: RunSpec,
     vocabulary: Vocabulary,
     sources: Sequence[Sequence[str]],
     **options: Any,
@@ -241,12 +233,12 @@ def decode_examples(
     ``batch_size``, the beam's ``width`` and ``alpha``, sampling's ``temperature``,
     ``top_k`` and ``seed``.
     """
-    return kind_of(spec["kind"]).decode(model, vocabulary, sources, **options)
+    return spec.kind.decode(model, vocabulary, sources, **options)
 
 
 def evaluate_model(
     model: nn.Module,
-    spec: dict[str, Any],
+    spec: RunSpec,
     vocabulary: Vocabulary,
     examples: Sequence[Example],
     **options: Any,
@@ -312,7 +304,7 @@ def train_task(
     valid = held_out(task, data, settings.eval_size, "valid")
     config = TrainConfig(
         steps=settings.steps, batch_size=settings.batch_size,
-        layer=spec["config"]["layer"], warmup=settings.warmup, factor=settings.factor,
+        layer=spec.config.layer, warmup=settings.warmup, factor=settings.factor,
         eval_every=settings.eval_every, seed=settings.seed, progress=progress,
         max_seconds=settings.max_seconds,
     )  # fmt: skip
@@ -320,7 +312,7 @@ def train_task(
         model, make_task(task, settings.train_size, settings.seed, "train", **lengths),
         make_collate(spec, vocabulary), loss_function(spec, vocabulary), config,
         lambda m: {"valid": evaluate_model(m, spec, vocabulary, valid)}, directory,
-        {"spec": spec, "vocabulary": vocabulary.to_list(), "data": data},
+        {"spec": spec.to_dict(), "vocabulary": vocabulary.to_list(), "data": data},
     )  # fmt: skip
     if settings.target is not None:
         trainer.stop = partial(_reached, settings.target, settings.patience, trainer)
@@ -328,7 +320,7 @@ def train_task(
     started = time.perf_counter()
     trainer.fit()
     results = {
-        "task": task, "kind": spec["kind"], "size": settings.size,
+        "task": task, "kind": spec.kind.name, "size": settings.size,
         "positions": settings.positions, "steps": trainer.step,
         "seconds": round(earlier + time.perf_counter() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -361,11 +353,11 @@ def _resume(trainer: Trainer, directory: str | Path | None) -> float:
 
 
 def _scores(
-    model: nn.Module, spec: dict[str, Any], vocabulary: Vocabulary, test: list[Example]
+    model: nn.Module, spec: RunSpec, vocabulary: Vocabulary, test: list[Example]
 ) -> dict[str, float]:
     """The held-out score; for sentiment also the negation contrast set's."""
     scores = {"held_out": evaluate_model(model, spec, vocabulary, test)}
-    if spec["task"] == "sentiment":
+    if spec.task == "sentiment":
         contrast = contrast_examples(len(test))
         scores["contrast"] = evaluate_model(model, spec, vocabulary, contrast)
     return scores
@@ -375,27 +367,29 @@ def _scores(
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """Rebuild the model, spec, vocabulary and data settings of a ``checkpoint.pt``.
+    """Rebuild the model, spec (:class:`RunSpec`), vocabulary and data settings of a
+    ``checkpoint.pt``.
 
     A checkpoint of a task or model kind this version does not know, or whose weights
     do not fit the model its spec describes, raises
     :class:`~named_transformer.workflows.training.CheckpointError` in one line.
     """
     state = load_checkpoint(path)
-    spec = state["meta"].get("spec", {})
-    if spec.get("task") not in TASKS or spec.get("kind") not in MODEL_KINDS:
+    stored = state["meta"].get("spec", {})
+    if stored.get("task") not in TASKS or stored.get("kind") not in MODEL_KINDS:
         raise CheckpointError(
-            f"{path} holds a model of kind {spec.get('kind')!r} for task "
-            f"{spec.get('task')!r}, which this version does not know (tasks: "
+            f"{path} holds a model of kind {stored.get('kind')!r} for task "
+            f"{stored.get('task')!r}, which this version does not know (tasks: "
             f"{', '.join(sorted(TASKS))})"
         )
+    spec = RunSpec.from_dict(stored)
     model = build_model(spec)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as error:
         detail = str(error).splitlines()[1].strip() if "\n" in str(error) else ""
         raise CheckpointError(
-            f"{path}: its weights do not fit the {spec['kind']} model its spec "
+            f"{path}: its weights do not fit the {spec.kind.name} model its spec "
             f"describes ({detail[:200]})"
         ) from None
     model.eval()
@@ -411,7 +405,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
 @torch.no_grad()
 def attention_maps(
     model: nn.Module,
-    spec: dict[str, Any],
+    spec: RunSpec,
     vocabulary: Vocabulary,
     source: Sequence[str],
 ) -> tuple[tuple[str, ...], list[AttentionMap]]:
@@ -420,8 +414,8 @@ def attention_maps(
     labels)``."""
     model.eval()
     (prediction,) = decode_examples(model, spec, vocabulary, [source])
-    kind = kind_of(spec["kind"])
-    return prediction, kind.attention_maps(model, vocabulary, source, prediction)
+    maps = spec.kind.attention_maps(model, vocabulary, source, prediction)
+    return prediction, maps
 
 
 @checked
