@@ -97,13 +97,17 @@ class Record(Mapping[str, Named]):
 
     ``record[name]`` is the :class:`Named` value of a tap that ran once;
     :meth:`calls` lists every value of a tap that ran more than once (a module called
-    twice, a decoder's steps). :meth:`stack` stacks one name over the layers.
+    twice, a decoder's steps). :meth:`each` lists one name over the layers, and
+    :meth:`stack` stacks them.
     The tensors are the forward pass's own (not copies): record under
     ``torch.no_grad()`` to keep no autograd graph.
     """
 
     def __init__(self, names: Sequence[str] | None = None) -> None:
-        self.names = None if names is None else tuple(names)
+        # a layer's {} (a template of each and stack) stands for any layer
+        self.names = None if names is None else tuple(
+            name.replace("{}", "*") for name in names
+        )
         self._calls: dict[str, list[Named]] = {}
 
     def wants(self, name: str) -> bool:
@@ -133,10 +137,12 @@ class Record(Mapping[str, Named]):
     def __len__(self) -> int:
         return len(self._calls)
 
-    def stack(self, template: str, axis: str = "layers") -> Named:
-        """The values of ``template`` with ``{}`` = 0, 1, ... stacked along a new
-        leading ``axis``: ``stack("blocks.layers.{}.self_attention.weights")``.
-        """
+    def each(self, template: str) -> list[Named]:
+        """The values of ``template`` with ``{}`` = 0, 1, ..., in that order: one
+        per layer, ``each("blocks.layers.{}.self_attention.weights")``. A name
+        without ``{}`` is one layer: its one value."""
+        if "{}" not in template:
+            return [self[template]]
         pattern = re.compile(re.escape(template).replace(r"\{\}", r"(\d+)") + "$")
         found = sorted(
             (int(match[1]), name)
@@ -145,7 +151,13 @@ class Record(Mapping[str, Named]):
         )
         if not found or [i for i, _ in found] != list(range(len(found))):
             raise KeyError(_missing(template.replace("{}", "0"), self._calls))
-        values = [self[name] for _, name in found]
+        return [self[name] for _, name in found]
+
+    def stack(self, template: str, axis: str = "layers") -> Named:
+        """The values of ``template`` with ``{}`` = 0, 1, ... stacked along a new
+        leading ``axis``: ``stack("blocks.layers.{}.self_attention.weights")``.
+        """
+        values = self.each(template)
         tensor = rearrange([v.tensor for v in values], "new ... -> new ...")
         return Named(tensor, f"{axis} {values[0].axes}")
 
@@ -346,7 +358,8 @@ def record(
     """Record the values tapped while the block runs: ``with record(model) as found:
     model(tokens)``, then ``found["blocks.layers.0.self_attention.weights"]``.
 
-    ``names``: patterns (``fnmatch``: ``"*.weights"``) of the names to keep; the others
+    ``names``: patterns (``fnmatch``: ``"*.weights"``; ``{}``, a layer's index in
+    :meth:`Record.each`, is ``*``) of the names to keep; the others
     are not kept, and a value computed only to be looked at (the per-head
     contributions) is not computed. ``model``: the module whose paths prefix the names
     (None: the bare tap names, for a function called directly). A pattern that

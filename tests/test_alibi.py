@@ -29,6 +29,7 @@ from named_transformer.models.multihead import (
 from named_transformer.models.variants import AttentionVariant
 from named_transformer.workflows.runner import build_model, make_spec
 from tests.test_decoding import VOCAB, model_for
+from tests.test_multihead import recorded
 
 B, HEADS, SEQ_Q, SEQ, LAYER = 2, 3, 4, 6, 30  # key = 10
 
@@ -148,7 +149,7 @@ def test_module_equals_the_explicit_computation(seq_q, offset, causal, symmetric
     memory = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
     inputs = memory[:, offset : offset + seq_q]
     mask = nt.causal_mask(seq_q, SEQ, offset=offset) if causal else None
-    got, weights = m(inputs, memory, mask, need_weights=True, offset=offset)
+    got, weights = recorded(m, ["weights"], inputs, memory, mask, offset=offset)
     torch.testing.assert_close(
         got, explicit(m, inputs, memory, offset, mask), atol=1e-12, rtol=0
     )
@@ -165,7 +166,8 @@ def test_multi_query_shares_keys_but_keeps_one_slope_per_query_head():
     memory = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
     mask = nt.causal_mask(SEQ_Q, SEQ, offset=SEQ - SEQ_Q)
     inputs = memory[:, SEQ - SEQ_Q :]
-    got, weights = m(inputs, memory, mask, need_weights=True, offset=SEQ - SEQ_Q)
+    got, weights = recorded(m, ["weights"], inputs, memory, mask,
+                            offset=SEQ - SEQ_Q)  # fmt: skip
     expected = explicit(m, inputs, memory, SEQ - SEQ_Q, mask)  # broadcasts K and V
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
     assert weights.shape == (B, HEADS, SEQ_Q, SEQ)

@@ -27,6 +27,7 @@ from named_transformer.core.blockwise import (
 )
 from named_transformer.core.fast import computes_every_tile
 from named_transformer.models.cores import AUTOMATIC, MATERIALISE, Blockwise
+from tests.test_multihead import recorded
 
 # long enough for the blockwise choice with every kind of mask: 4 blocks, uneven
 SEQ = FULL_CROSSOVER + 9
@@ -275,10 +276,10 @@ def test_the_module_equals_its_materialising_twin(kind, kv_heads, blockwise_call
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
 
 
-def test_weights_asked_for_materialise(blockwise_calls):
+def test_weights_recorded_materialise(blockwise_calls):
     automatic, explicit = modules()
     x = torch.randn(1, SEQ, 16, dtype=torch.float64)
-    out, weights = automatic(x, mask=nt.causal_mask(SEQ), need_weights=True)
+    out, weights = recorded(automatic, ["weights"], x, mask=nt.causal_mask(SEQ))
     assert not blockwise_calls
     assert weights.shape == (1, 4, SEQ, SEQ)
     torch.testing.assert_close(out, explicit(x, mask=nt.causal_mask(SEQ)))

@@ -21,6 +21,7 @@ from named_transformer.models.embedding import (
 from named_transformer.models.encoder import EncoderLayer
 from named_transformer.models.generator import Generator, log_probabilities
 from named_transformer.models.sublayers import FeedForward, LayerNorm, Residual
+from tests.test_multihead import recorded
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN, VOCAB = 2, 3, 5, 12, 3, 10, 11
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -154,7 +155,8 @@ def test_encoder_layer_equals_torch(dtype, norm_first, activation):
     x = torch.randn(B, SEQ, LAYER, dtype=dtype)
     causal = nt.causal_mask(SEQ)
     expected = theirs(x, src_mask=~causal, src_key_padding_mask=PADDING)
-    got, weights = ours(x, mask_from_torch(~causal, PADDING), need_weights=True)
+    got, weights = recorded(ours, ["self_attention.weights"], x,
+                            mask_from_torch(~causal, PADDING))  # fmt: skip
     assert weights.shape == (B, HEADS, SEQ, SEQ)
     torch.testing.assert_close(got[REAL], expected[REAL], atol=TOL[dtype], rtol=0)
     torch.testing.assert_close(ours(x), theirs(x), atol=TOL[dtype], rtol=0)
@@ -174,9 +176,10 @@ def test_decoder_layer_equals_torch(dtype, norm_first, activation):
     )
     causal = nt.causal_mask(SEQ_Q)
     expected = theirs(target, memory, tgt_mask=~causal, memory_key_padding_mask=PADDING)
-    got, own, cross = ours(
-        target, memory, causal, mask_from_torch(None, PADDING), need_weights=True
-    )
+    got, own, cross = recorded(
+        ours, ["self_attention.weights", "cross_attention.weights"], target, memory,
+        causal, mask_from_torch(None, PADDING),
+    )  # fmt: skip
     assert own.shape == (B, HEADS, SEQ_Q, SEQ_Q) and cross.shape == (
         B,
         HEADS,

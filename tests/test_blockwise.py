@@ -12,6 +12,7 @@ import named_transformer as nt
 from named_transformer.core import blockwise
 from named_transformer.core.blockwise import blockwise_attention
 from named_transformer.models.multihead import MultiHeadAttention
+from tests.test_multihead import recorded
 
 # a distinct size for every axis: batch 2, heads 3, seq_q 29, seq 37, key 5, val 6
 B, HEADS, SEQ_Q, SEQ, KEY, VAL = 2, 3, 29, 37, 5, 6
@@ -351,7 +352,7 @@ def test_block_excludes_fused_and_serves_grouped_heads():
     grouped = MultiHeadAttention(12, 4, kv_heads=2, block=4).double()
     inputs = torch.randn(2, 9, 12, dtype=torch.float64)
     mask = nt.causal_mask(9)
-    materialised, _ = grouped(inputs, mask=mask, need_weights=True)
+    materialised, _ = recorded(grouped, ["weights"], inputs, mask=mask)
     torch.testing.assert_close(grouped(inputs, mask=mask), materialised)
 
 
@@ -429,8 +430,8 @@ def test_asking_for_the_weights_takes_the_materialising_path():
     blocked = MultiHeadAttention(LAYER, HEADS, block=4)
     blocked.load_state_dict(named.state_dict())
     inputs, mask = torch.randn(B, SEQ, LAYER), nt.causal_mask(SEQ)
-    outputs, weights = blocked(inputs, mask=mask, need_weights=True)
-    expected, expected_weights = named(inputs, mask=mask, need_weights=True)
+    outputs, weights = recorded(blocked, ["weights"], inputs, mask=mask)
+    expected, expected_weights = recorded(named, ["weights"], inputs, mask=mask)
     torch.testing.assert_close(weights, expected_weights)
     torch.testing.assert_close(outputs, expected)
     torch.testing.assert_close(blocked(inputs, mask=mask), expected, atol=1e-6, rtol=0)

@@ -34,7 +34,7 @@ from named_transformer.exercises import (
     skeleton,
 )
 from named_transformer.models.attention_weights import AttentionWeights  # noqa: F401
-from named_transformer.models.multihead import merge_heads, project_heads
+from named_transformer.models.multihead import merge_heads, multihead, project_heads
 from named_transformer.models.rotary import Rotary
 from named_transformer.models.variants import PLAIN, AttentionVariant  # noqa: F401
 from named_transformer.workflows.cli import main
@@ -698,90 +698,81 @@ def _either_norm(residual, x, sublayer):
     return (_pre_norm if residual.norm_first else _post_norm)(residual, x, sublayer)
 
 
-def _recorded(attention, found, need_weights, *args, **kwargs):
-    """``attention``'s output; its weights appended to ``found`` if asked for."""
-    if not need_weights:
-        return attention(*args, **kwargs)
-    outputs, weights = attention(*args, need_weights=True, **kwargs)
-    found.append(weights)
-    return outputs
+def _by_pipeline(attention, inputs, memory=None, mask=None, score_bias=None):
+    """``attention``'s output computed by the pipeline from its weights, not by
+    calling the module: right, but nothing is recorded under the module's name."""
+    memory = inputs if memory is None else memory
+    return multihead(inputs, memory, attention.named_weights(), mask,
+                     score_bias=score_bias)[0]  # fmt: skip
 
 
-def _encoder(self, inputs, mask, need_weights, score_bias, residual=_either_norm,
-             returns_weights=True):  # fmt: skip
-    found = []
+def _encoder(self, inputs, mask, score_bias, residual=_either_norm, attend=None):
+    attend = attend or (lambda attention, x, **kw: attention(x, **kw))
 
     def self_attend(x):
-        return _recorded(self.self_attention, found, need_weights, x, mask=mask,
-                         score_bias=score_bias)  # fmt: skip
+        return attend(self.self_attention, x, mask=mask, score_bias=score_bias)
 
     hidden = residual(self.attention_residual, inputs, self_attend)
-    outputs = residual(self.feed_forward_residual, hidden, self.feed_forward)
-    return (outputs, found[0]) if need_weights and returns_weights else outputs
+    return residual(self.feed_forward_residual, hidden, self.feed_forward)
 
 
 @wrong("EncoderLayer", "pre-norm written as post-norm",
        "differs from torch.nn.TransformerEncoderLayer(norm_first=True)")  # fmt: skip
-def _(self, inputs, mask=None, need_weights=False, *, score_bias=None):
-    return _encoder(self, inputs, mask, need_weights, score_bias, _post_norm)
+def _(self, inputs, mask=None, *, score_bias=None):
+    return _encoder(self, inputs, mask, score_bias, _post_norm)
 
 
 @wrong("EncoderLayer", "post-norm with the residual added after the norm",
        "differs from torch.nn.TransformerEncoderLayer(norm_first=False)")  # fmt: skip
-def _(self, inputs, mask=None, need_weights=False, *, score_bias=None):
+def _(self, inputs, mask=None, *, score_bias=None):
     def residual(sublayer, x, f):
         if sublayer.norm_first:
             return _pre_norm(sublayer, x, f)
         return sublayer.norm(f(x)) + x
 
-    return _encoder(self, inputs, mask, need_weights, score_bias, residual)
+    return _encoder(self, inputs, mask, score_bias, residual)
 
 
 @wrong("EncoderLayer", "the score bias not passed to the self-attention",
        "with a score bias (a float src_mask)")  # fmt: skip
-def _(self, inputs, mask=None, need_weights=False, *, score_bias=None):
-    return _encoder(self, inputs, mask, need_weights, None)
+def _(self, inputs, mask=None, *, score_bias=None):
+    return _encoder(self, inputs, mask, None)
 
 
-@wrong("EncoderLayer", "need_weights ignored: the output alone",
-       "not (output, weights)")  # fmt: skip
-def _(self, inputs, mask=None, need_weights=False, *, score_bias=None):
-    return _encoder(self, inputs, mask, need_weights, score_bias,
-                    returns_weights=False)  # fmt: skip
+@wrong("EncoderLayer", "the self-attention by the pipeline, not the module",
+       "nothing was recorded as 'self_attention.weights'")  # fmt: skip
+def _(self, inputs, mask=None, *, score_bias=None):
+    return _encoder(self, inputs, mask, score_bias,
+                    attend=lambda a, x, **kw: _by_pipeline(a, x, **kw))  # fmt: skip
 
 
 def _decoder(self, inputs, memory, mask, memory_mask, residual=_either_norm, *,
-             need_weights=False, score_bias=None, memory_score_bias=None,
-             returns_weights=True):  # fmt: skip
-    found = []
+             score_bias=None, memory_score_bias=None, attend=None):  # fmt: skip
+    attend = attend or (lambda attention, *args, **kw: attention(*args, **kw))
 
     def self_attend(x):
-        return _recorded(self.self_attention, found, need_weights, x, mask=mask,
-                         score_bias=score_bias)  # fmt: skip
+        return attend(self.self_attention, x, mask=mask, score_bias=score_bias)
 
     def cross_attend(x):
-        return _recorded(self.cross_attention, found, need_weights, x, memory,
-                         memory_mask, score_bias=memory_score_bias)  # fmt: skip
+        return attend(self.cross_attention, x, memory, mask=memory_mask,
+                      score_bias=memory_score_bias)  # fmt: skip
 
     hidden = residual(self.self_attention_residual, inputs, self_attend)
     hidden = residual(self.cross_attention_residual, hidden, cross_attend)
-    outputs = residual(self.feed_forward_residual, hidden, self.feed_forward)
-    if need_weights and returns_weights:
-        return outputs, found[0], found[1]
-    return outputs
+    return residual(self.feed_forward_residual, hidden, self.feed_forward)
 
 
 @wrong("DecoderLayer", "the causal mask ignored: the decoder attends to the future",
        "the self-attention sees later positions")  # fmt: skip
-def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
-      score_bias=None, memory_score_bias=None):  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, *, score_bias=None,
+      memory_score_bias=None):  # fmt: skip
     return _decoder(self, inputs, memory, None, memory_mask)
 
 
 @wrong("DecoderLayer", "pre-norm with the residual taken from the normalised input",
        "differs from torch.nn.TransformerDecoderLayer(norm_first=True)")  # fmt: skip
-def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
-      score_bias=None, memory_score_bias=None):  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, *, score_bias=None,
+      memory_score_bias=None):  # fmt: skip
     def residual(sublayer, x, f):
         if not sublayer.norm_first:
             return _post_norm(sublayer, x, f)
@@ -793,26 +784,29 @@ def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
 
 @wrong("DecoderLayer", "the memory mask ignored",
        "with a causal target mask and a padded memory")  # fmt: skip
-def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
-      score_bias=None, memory_score_bias=None):  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, *, score_bias=None,
+      memory_score_bias=None):  # fmt: skip
     return _decoder(self, inputs, memory, mask, None)
 
 
 @wrong("DecoderLayer", "the memory score bias not passed to the cross-attention",
        "with a score bias and a memory score bias")  # fmt: skip
-def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
-      score_bias=None, memory_score_bias=None):  # fmt: skip
-    return _decoder(self, inputs, memory, mask, memory_mask, score_bias=score_bias,
-                    need_weights=need_weights)  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, *, score_bias=None,
+      memory_score_bias=None):  # fmt: skip
+    return _decoder(self, inputs, memory, mask, memory_mask, score_bias=score_bias)
 
 
-@wrong("DecoderLayer", "need_weights ignored: the output alone",
-       "not (output, self-attention weights, cross-attention weights)")  # fmt: skip
-def _(self, inputs, memory, mask=None, memory_mask=None, need_weights=False, *,
-      score_bias=None, memory_score_bias=None):  # fmt: skip
+@wrong("DecoderLayer", "the cross-attention by the pipeline, not the module",
+       "nothing was recorded as 'cross_attention.weights'")  # fmt: skip
+def _(self, inputs, memory, mask=None, memory_mask=None, *, score_bias=None,
+      memory_score_bias=None):  # fmt: skip
+    def attend(attention, x, *args, **kw):
+        if attention is self.cross_attention:
+            return _by_pipeline(attention, x, *args, **kw)
+        return attention(x, *args, **kw)
+
     return _decoder(self, inputs, memory, mask, memory_mask, score_bias=score_bias,
-                    memory_score_bias=memory_score_bias, need_weights=need_weights,
-                    returns_weights=False)  # fmt: skip
+                    memory_score_bias=memory_score_bias, attend=attend)  # fmt: skip
 
 
 # --- seq2seq ---

@@ -26,7 +26,7 @@ from named_transformer.models.grouped import group_queries, grouped_attention
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.multihead import MultiHeadAttention, stacked_weights
 from named_transformer.models.transformer import Transformer
-from tests.test_multihead import attend_heads, multihead_attention
+from tests.test_multihead import attend_heads, multihead_attention, recorded
 
 # distinct sizes: batch 2, seq_q 3, seq 5, key 4, val 7, heads 6, layer 12, memory 9
 B, SEQ_Q, SEQ, KEY, VAL, HEADS, LAYER, MEMORY = 2, 3, 5, 4, 7, 6, 12, 9
@@ -139,7 +139,7 @@ def test_module_values_weights_and_gradients_equal_repeating_k_and_v(kv_heads, c
     inputs = torch.randn(B, SEQ_Q if cross else SEQ, LAYER, dtype=D, requires_grad=True)
     memory = torch.randn(B, SEQ, MEMORY, dtype=D, requires_grad=True) if cross else None
     mask = MASK if cross else nt.causal_mask(SEQ)
-    ours, weights = m(inputs, memory, mask, need_weights=True)
+    ours, weights = recorded(m, ["weights"], inputs, memory, mask)
     expected, expected_weights = reference_module(m, inputs, memory, mask)
     torch.testing.assert_close(ours, expected, atol=1e-12, rtol=0)
     assert weights.shape == (B, HEADS, inputs.shape[1], SEQ)  # one per query head
@@ -182,9 +182,9 @@ def test_fused_option_equals_the_named_path_values_and_gradients(kv_heads):
     gb = torch.autograd.grad(b.sum(), [inputs, *fused.parameters()])
     for x, y in zip(ga, gb, strict=True):
         torch.testing.assert_close(x, y, atol=1e-10, rtol=0)
-    # need_weights=True takes the named path even when fused
-    _, weights = fused(inputs, mask=mask, need_weights=True)
-    _, expected = named(inputs, mask=mask, need_weights=True)
+    # recording the weights takes the named path even when fused
+    _, weights = recorded(fused, ["weights"], inputs, mask=mask)
+    _, expected = recorded(named, ["weights"], inputs, mask=mask)
     torch.testing.assert_close(weights, expected)
 
 

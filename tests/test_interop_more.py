@@ -18,6 +18,7 @@ from named_transformer.models.decoder import Decoder, DecoderLayer
 from named_transformer.models.encoder import Encoder, EncoderLayer
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.transformer import TransformerStacks
+from tests.test_multihead import recorded
 
 # a distinct size for every axis; KDIM and VDIM the keys' and the values' sources
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN, KDIM, VDIM = 2, 3, 5, 8, 2, 6, 7, 9
@@ -92,7 +93,7 @@ def test_float_attn_mask_of_nn_multihead_attention_is_a_score_bias(
     )  # fmt: skip
     bias = bias_from_torch(mask, key_padding)
     close(ours(inputs, score_bias=bias), want, dtype)
-    got, weights = ours(inputs, score_bias=bias, need_weights=True)
+    got, weights = recorded(ours, ["weights"], inputs, score_bias=bias)
     close(got, want, dtype)
     close(weights, want_weights, dtype)
 
@@ -181,8 +182,8 @@ def test_kdim_and_vdim_differ_from_torch(bias, dtype):
     want, want_weights = theirs(
         queries, keys, values, key_padding_mask=PADDING, average_attn_weights=False
     )
-    got, weights = ours(
-        queries, keys, mask_from_torch(None, PADDING), need_weights=True,
+    got, weights = recorded(
+        ours, ["weights"], queries, keys, mask_from_torch(None, PADDING),
         values_from=values,
     )  # fmt: skip
     close(got, want, dtype)

@@ -866,8 +866,10 @@ def test_induction_widget_shows_the_circuit(server, site_dir, widget_pages, cont
         decoder_layers=len(entries), layer=model.embedding.table.shape[-1],
         heads=entries[0]["heads"],
     ))  # fmt: skip
-    with torch.no_grad():
-        _, fresh = untrained(torch.tensor([live["ids"]["tokens"]]), need_weights=True)
+    layers = "blocks.layers.{}.self_attention.weights"
+    with torch.no_grad(), nt.record(untrained, layers) as recorded:
+        untrained(torch.tensor([live["ids"]["tokens"]]))
+    fresh = [w.tensor for w in recorded.each(layers)]
     fresh_mass = max(on_the_repeat(w[0, h].numpy(), period)[1]
                      for w in fresh[1:] for h in range(w.shape[1]))  # fmt: skip
     agree_before, agree_on = sum(hit[: period - 1]), sum(hit[period - 1 : -1])

@@ -16,6 +16,7 @@ from named_transformer.models.decoder import Decoder
 from named_transformer.models.encoder import Encoder
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.transformer import Transformer, TransformerStacks
+from tests.test_multihead import recorded
 
 B, SEQ_Q, SEQ, LAYER, HEADS, HIDDEN = 2, 4, 5, 12, 3, 10
 SOURCE_VOCAB, TARGET_VOCAB, CLASSES = 11, 13, 3
@@ -24,6 +25,11 @@ PADDING = torch.tensor(
     [[False] * SEQ, [False] * (SEQ - 2) + [True] * 2]
 )  # PyTorch: True = pad
 REAL = ~PADDING
+# each stack's attention weights, one tensor per layer (recorded: TransformerStacks'
+# module paths; a Transformer's are under "stacks.")
+KINDS = ["encoder.layers.{}.self_attention.weights",
+         "decoder.layers.{}.self_attention.weights",
+         "decoder.layers.{}.cross_attention.weights"]  # fmt: skip
 TINY = TransformerConfig(
     encoder_layers=2, decoder_layers=3, layer=LAYER, heads=HEADS, hidden=HIDDEN
 )
@@ -53,7 +59,8 @@ def test_encoder_stack_equals_torch(dtype, num_layers, norm_first, final_norm):
     ours = from_torch(theirs)
     x = torch.randn(B, SEQ, LAYER, dtype=dtype)
     expected = theirs(x, src_key_padding_mask=PADDING)
-    got, weights = ours(x, mask_from_torch(None, PADDING), need_weights=True)
+    got, weights = recorded(ours, ["layers.{}.self_attention.weights"], x,
+                            mask_from_torch(None, PADDING))  # fmt: skip
     assert len(weights) == num_layers and weights[0].shape == (B, HEADS, SEQ, SEQ)
     torch.testing.assert_close(got[REAL], expected[REAL], atol=TOL[dtype], rtol=0)
     assert ours.num_parameters() == torch_count(theirs)
@@ -75,9 +82,10 @@ def test_decoder_stack_equals_torch(dtype, num_layers, norm_first):
     )
     causal = nt.causal_mask(SEQ_Q)
     expected = theirs(target, memory, tgt_mask=~causal, memory_key_padding_mask=PADDING)
-    got, own, cross = ours(
-        target, memory, causal, mask_from_torch(None, PADDING), need_weights=True
-    )
+    got, own, cross = recorded(
+        ours, ["layers.{}.self_attention.weights", "layers.{}.cross_attention.weights"],
+        target, memory, causal, mask_from_torch(None, PADDING),
+    )  # fmt: skip
     assert len(own) == len(cross) == num_layers and cross[-1].shape == (
         B,
         HEADS,
@@ -105,10 +113,10 @@ def test_encoder_decoder_equals_nn_transformer(dtype, norm_first, activation):
         source, target, tgt_mask=~causal,
         src_key_padding_mask=PADDING, memory_key_padding_mask=PADDING,
     )  # fmt: skip
-    got, weights = ours(source, target, keys, causal, keys, need_weights=True)
+    got, *weights = recorded(ours, KINDS, source, target, keys, causal, keys)
     torch.testing.assert_close(got, expected, atol=TOL[dtype], rtol=0)
-    assert [len(w) for w in weights.values()] == [2, 3, 3]
-    assert weights["decoder_cross"][2].shape == (B, HEADS, SEQ_Q, SEQ)
+    assert [len(w) for w in weights] == [2, 3, 3]
+    assert weights[2][2].shape == (B, HEADS, SEQ_Q, SEQ)
     assert ours.num_parameters() == torch_count(theirs)
 
 
@@ -180,23 +188,16 @@ def test_transformer_log_probabilities_weights_and_parameter_count():
     model = Transformer(SOURCE_VOCAB, TARGET_VOCAB, TINY).eval()
     source = torch.randint(SOURCE_VOCAB, (B, SEQ))
     target = torch.randint(TARGET_VOCAB, (B, SEQ_Q))
-    log_probs, weights = model(
-        source,
-        target,
+    log_probs, *weights = recorded(
+        model, [f"stacks.{kind}" for kind in KINDS], source, target,
         nt.key_padding_mask(torch.tensor([5, 3]), SEQ),
-        need_weights=True,
-    )
+    )  # fmt: skip
     assert log_probs.shape == (B, SEQ_Q, TARGET_VOCAB)
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(B, SEQ_Q))
-    assert [len(weights[k]) for k in ("encoder", "decoder_self", "decoder_cross")] == [
-        2,
-        3,
-        3,
-    ]
-    assert (
-        weights["decoder_cross"][0][1, :, :, 3:] == 0
-    ).all()  # padding gets no attention
-    assert (weights["decoder_self"][0].triu(1) == 0).all()  # causal by default
+    encoder, decoder_self, decoder_cross = weights
+    assert [len(w) for w in weights] == [2, 3, 3]
+    assert (decoder_cross[0][1, :, :, 3:] == 0).all()  # padding gets no attention
+    assert (decoder_self[0].triu(1) == 0).all()  # causal by default
     assert model.num_parameters() == transformer_count(TINY, SOURCE_VOCAB, TARGET_VOCAB)
     untied = Transformer(SOURCE_VOCAB, TARGET_VOCAB, TINY, tie_output=False)
     assert untied.num_parameters() == model.num_parameters() + TARGET_VOCAB * (
@@ -216,7 +217,8 @@ def test_language_model_is_tied_causal_and_counted():
     learned = LanguageModel(SOURCE_VOCAB, config, positions="learned", max_positions=9)
     assert learned.num_parameters() == model.num_parameters() + 9 * d
     tokens = torch.randint(SOURCE_VOCAB, (B, SEQ))
-    log_probs, weights = model(tokens, need_weights=True)
+    log_probs, weights = recorded(model, ["blocks.layers.{}.self_attention.weights"],
+                                  tokens)  # fmt: skip
     assert log_probs.shape == (B, SEQ, SOURCE_VOCAB) and len(weights) == 2
     changed = tokens.clone()
     changed[:, -1] = (changed[:, -1] + 1) % SOURCE_VOCAB
@@ -365,7 +367,8 @@ def test_fused_attention_config_gives_the_same_transformer_and_gradients():
     ]
     for ours, reference in zip(grads[1], grads[0], strict=True):
         torch.testing.assert_close(ours, reference, atol=1e-12, rtol=0)
-    _, weights = fused(
-        source, target, source_mask, nt.causal_mask(SEQ_Q), need_weights=True
-    )  # named path
-    assert len(weights["decoder_cross"]) == TINY.decoder_layers
+    _, weights = recorded(
+        fused, ["stacks.decoder.layers.{}.cross_attention.weights"], source, target,
+        source_mask, nt.causal_mask(SEQ_Q),
+    )  # named path  # fmt: skip
+    assert len(weights) == TINY.decoder_layers

@@ -53,6 +53,21 @@ def attend_heads(
     )  # fmt: skip
 
 # distinct sizes: batch 2, seq_q 3, seq 5, layer 12, heads 3 (key 4), memory 7
+def recorded(module, names, *args, **kwargs):
+    """``module(*args, **kwargs)``, then the values recorded under each of ``names``
+    while it ran (a name with ``{}``: one tensor per layer). Forwards return only
+    their output: the attention weights are recorded."""
+    with nt.record(module, list(names)) as found:
+        output = module(*args, **kwargs)
+
+    def value(name):
+        if "{}" in name:
+            return [v.tensor for v in found.each(name)]
+        return found[name].tensor
+
+    return output, *map(value, names)
+
+
 B, SEQ_Q, SEQ, LAYER, HEADS, MEMORY = 2, 3, 5, 12, 3, 7
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 PADDING = torch.tensor(
@@ -102,8 +117,8 @@ def test_equals_torch_multihead_attention(dtype, case):
         inputs, memory, memory, key_padding_mask=padding,
         attn_mask=None if causal is None else ~causal, average_attn_weights=False,
     )  # fmt: skip
-    outputs, weights = ours(inputs, memory, mask_from_torch(
-        None if causal is None else ~causal, padding), need_weights=True)  # fmt: skip
+    outputs, weights = recorded(ours, ["weights"], inputs, memory, mask_from_torch(
+        None if causal is None else ~causal, padding))  # fmt: skip
     assert outputs.shape == (B, c["seq_q"], LAYER) and weights.shape == (
         B,
         HEADS,
@@ -275,10 +290,10 @@ def test_fused_option_equals_the_named_equations_and_their_gradients(case):
         torch.testing.assert_close(ours, reference, atol=1e-12, rtol=0)
 
 
-def test_fused_option_gives_way_to_the_named_path_when_weights_are_asked_for():
+def test_fused_option_gives_way_to_the_named_path_when_weights_are_recorded():
     fused = MultiHeadAttention(LAYER, HEADS, fused=True)
     inputs = torch.randn(B, SEQ, LAYER)
-    outputs, weights = fused(inputs, need_weights=True)
+    outputs, weights = recorded(fused, ["weights"], inputs)
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, HEADS, SEQ))
     torch.testing.assert_close(outputs, fused(inputs), atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="fused"):
@@ -328,12 +343,12 @@ def test_to_torch_round_trip_and_batch_second():
 def test_attention_dropout_only_while_training():
     m = MultiHeadAttention(LAYER, HEADS, dropout=0.5)
     inputs = torch.randn(B, SEQ, LAYER)
-    out1, weights = m(inputs, need_weights=True)
+    out1, weights = recorded(m, ["weights"], inputs)
     out2 = m(inputs)
     assert not torch.allclose(out1, out2)  # dropout is random while training
     torch.testing.assert_close(
         weights.sum(-1), torch.ones(B, HEADS, SEQ)
-    )  # returned before dropout
+    )  # recorded before dropout
     m.eval()
     torch.testing.assert_close(m(inputs), m(inputs))
 
@@ -430,7 +445,7 @@ def test_merge_heads_is_concatenate_then_linear_and_names_a_wrong_size():
         merge_heads(heads_out, torch.randn(3, 5, 6))
 
 
-def test_a_stack_asks_its_layers_for_weights_only_when_its_caller_does():
+def test_a_stack_materialises_weights_only_while_they_are_recorded():
     from torch.profiler import profile
 
     config = nt.TransformerConfig(
@@ -444,11 +459,15 @@ def test_a_stack_asks_its_layers_for_weights_only_when_its_caller_does():
     calls = {e.key: e.count for e in trace.key_averages()}
     # 2 encoder self-attentions + 2 decoder self- and 2 cross-attentions, all fused
     assert calls.get("aten::scaled_dot_product_attention") == 6, calls
-    with torch.no_grad():
-        _, weights = model(source, target, need_weights=True)
-    assert [len(weights[k]) for k in ("encoder", "decoder_self", "decoder_cross")] == [
-        2, 2, 2,
-    ]  # fmt: skip
+    kinds = [f"stacks.{stack}.layers.{{}}.{attention}.weights"
+             for stack, attention in (("encoder", "self_attention"),
+                                      ("decoder", "self_attention"),
+                                      ("decoder", "cross_attention"))]  # fmt: skip
+    with torch.no_grad(), profile() as trace:
+        _, *weights = recorded(model, kinds, source, target)
+    assert [len(w) for w in weights] == [2, 2, 2]
+    calls = {e.key: e.count for e in trace.key_averages()}
+    assert "aten::scaled_dot_product_attention" not in calls, calls
 
 
 def randomised_biases(m):
@@ -465,7 +484,7 @@ def test_score_bias_is_shared_by_all_heads_like_the_mask(shape):
     memory = torch.randn(B, SEQ, MEMORY).double()
     bias = 3 * torch.randn(*shape).double()
     mask = nt.causal_mask(SEQ_Q, SEQ, offset=2)
-    got, weights = m(inputs, memory, mask, need_weights=True, score_bias=bias)
+    got, weights = recorded(m, ["weights"], inputs, memory, mask, score_bias=bias)
     torch.testing.assert_close(got, reference_loop(inputs, memory, m, mask, bias))
     assert weights.shape == (B, HEADS, SEQ_Q, SEQ)
     # a bias of -inf where the mask blocks is the same attention as the mask

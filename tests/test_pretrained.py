@@ -27,6 +27,7 @@ from named_transformer.pretrained import (  # noqa: E402
     load_minilm,
     to_huggingface,
 )
+from tests.test_multihead import recorded  # noqa: E402
 
 SENTENCES = [
     "A man is eating food.",
@@ -68,7 +69,9 @@ def test_minilm_states_and_attention_equal_bert_model(encoder, reference_bert):
             batch.tokens, attention_mask=batch.mask.long(),
             token_type_ids=batch.types, output_attentions=True,
         )  # fmt: skip
-        states, weights = encoder.encoder(batch.tokens, batch.mask, batch.types, True)
+        states, weights = recorded(encoder.encoder,
+                                   ["blocks.layers.{}.self_attention.weights"],
+                                   batch.tokens, batch.mask, batch.types)  # fmt: skip
     real = batch.mask[..., None]
     assert ((states - theirs.last_hidden_state).abs() * real).max() <= 1e-5
     # rows of padding queries are never read; rows of real queries must agree
@@ -171,7 +174,8 @@ def test_bert_states_log_probabilities_and_weights_equal(config, dtype):
             tokens, attention_mask=mask.long(), token_type_ids=types,
             output_hidden_states=True, output_attentions=True,
         )  # fmt: skip
-        states, weights = ours(tokens, mask, types, need_weights=True)
+        states, weights = recorded(ours, ["blocks.layers.{}.self_attention.weights"],
+                                   tokens, mask, types)  # fmt: skip
         log_probs = ours.predict(states)
     tolerance, real = TOLERANCE[dtype], mask[..., None]
     assert states.dtype == dtype
@@ -232,7 +236,10 @@ def test_gpt2_states_and_log_probabilities_equal(config, dtype):
     tokens, _, _ = batch(config["vocab_size"], seq=17)
     with torch.no_grad():
         expected = theirs(tokens, output_hidden_states=True, output_attentions=True)
-        states, weights = ours.hidden_states(tokens, need_weights=True)
+        layers = "blocks.layers.{}.self_attention.weights"
+        with nt.record(ours, layers) as found:
+            states = ours.hidden_states(tokens)
+        weights = [w.tensor for w in found.each(layers)]
         log_probs = ours(tokens)
     tolerance = TOLERANCE[dtype]
     assert (states - expected.hidden_states[-1]).abs().max() <= tolerance

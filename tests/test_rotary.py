@@ -25,6 +25,7 @@ from named_transformer.models.rotary import (
 )
 from named_transformer.workflows.runner import build_model, make_spec
 from tests.test_decoding import VOCAB, model_for
+from tests.test_multihead import recorded
 
 B, HEADS, SEQ_Q, SEQ, KEY, LAYER = 2, 3, 4, 6, 10, 30  # key = 10: 5 pairs
 
@@ -189,7 +190,7 @@ def test_module_equals_the_explicit_computation(seq_q, offset, causal):
     memory = torch.randn(B, SEQ, LAYER, dtype=torch.float64)
     inputs = memory[:, offset : offset + seq_q]
     mask = nt.causal_mask(seq_q, SEQ, offset=offset) if causal else None
-    got, weights = m(inputs, memory, mask, need_weights=True, offset=offset)
+    got, weights = recorded(m, ["weights"], inputs, memory, mask, offset=offset)
     expected = explicit(m, inputs, memory, offset, mask)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
     assert weights.shape == (B, HEADS, seq_q, SEQ)

@@ -48,11 +48,6 @@ INDUCTION = ROOT / "docs" / "figures" / "induction"
 LIVE = (*TRAINED, "basic", "minilm", "induction")
 
 
-def _basic_call(model: nn.Module, tokens: Tensor, causal: Tensor):
-    outputs, weights = model(tokens, causal)
-    return outputs, {"self": [rearrange(weights, "... seq_q seq -> ... 1 seq_q seq")]}
-
-
 class BasicLive(nn.Module):
     r"""Basic self-attention (no parameters of its own) over the sentiment model's
     word embeddings $X$: $\nfun{seq}{softmax}(X \ndot{layer} X') \ndot{seq} X$, with a
@@ -62,8 +57,8 @@ class BasicLive(nn.Module):
         "encoder",
         (("tokens", ("batch", "seq")), ("causal", ())),
         ("outputs", ("batch", "seq", "layer")),
-        (("self", "basic.{}.self", "basic self-attention", "tokens", "tokens"),),
-        _basic_call,
+        (("weights", "basic.{}.self", "basic self-attention", "tokens", "tokens"),),
+        lambda model, tokens, causal: model(tokens, causal),
     )
 
     def __init__(self, table: Float[Tensor, "vocab layer"]) -> None:
@@ -73,11 +68,14 @@ class BasicLive(nn.Module):
     @checked
     def forward(
         self, tokens: Int[Tensor, "batch seq"], causal: Bool[Tensor, ""]
-    ) -> tuple[Float[Tensor, "batch seq layer"], Float[Tensor, "batch seq_q seq"]]:
+    ) -> Float[Tensor, "batch seq layer"]:
+        """The outputs; the weights, one head's, are tapped (``weights``)."""
         inputs = nt.embed(tokens, self.table, scale=False)
         allowed = nt.causal_mask(tokens.shape[-1], device=tokens.device)
         weights = nt.softmax(nt.dot_score(inputs, inputs), allowed | ~causal)
-        return nt.attend(weights, inputs), weights
+        by_head = rearrange(weights, "... seq_q seq -> ... 1 seq_q seq")
+        inside.tap("weights", by_head, "*batch heads seq_q seq")
+        return nt.attend(weights, inputs)
 
 
 @dataclass

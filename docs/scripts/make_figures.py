@@ -257,9 +257,9 @@ def multihead_weights(quick: bool) -> plt.Figure:
     embedded = nt.SinusoidalPositions(layer, dropout=0.0)(
         torch.randn(len(TOKENS), layer)
     )
-    _, weights = attention(
-        embedded, mask=nt.causal_mask(len(TOKENS)), need_weights=True
-    )
+    with nt.record(attention, "weights") as found:
+        attention(embedded, mask=nt.causal_mask(len(TOKENS)))
+    weights = found["weights"].tensor
     fig, axes = plt.subplots(
         2,
         heads // 2,
@@ -293,12 +293,14 @@ def encoder_decoder_weights(quick: bool) -> plt.Figure:
     model = nt.Transformer(20, 20, config).eval()
     source, target = torch.randint(3, 20, (1, 6)), torch.randint(3, 20, (1, 5))
     source_mask = nt.key_padding_mask(torch.tensor([4]), 6)  # 4 real tokens, 2 padding
-    _, weights = model(source, target, source_mask, need_weights=True)
+    with nt.record(model, "stacks.decoder.layers.0.*.weights") as found:
+        model(source, target, source_mask)
+    layer = "stacks.decoder.layers.0"
     sources = ["das", "ist", "gut", "</s>", "<pad>", "<pad>"]
     targets = ["<s>", "this", "is", "good", "</s>"]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
     plot.attention_heatmap(
-        weights["decoder_self"][0][0, 0].detach(),
+        found[f"{layer}.self_attention.weights"].tensor[0, 0].detach(),
         targets,
         targets,
         ax=axes[0],
@@ -306,7 +308,7 @@ def encoder_decoder_weights(quick: bool) -> plt.Figure:
         title="decoder self-attention (causal), head 0",
     )
     plot.attention_heatmap(
-        weights["decoder_cross"][0][0, 0].detach(),
+        found[f"{layer}.cross_attention.weights"].tensor[0, 0].detach(),
         targets,
         sources,
         ax=axes[1],

@@ -34,8 +34,11 @@ def main() -> None:
     chat = nt.load_smollm2()
     ids = chat.tokenizer.encode(SENTENCE)
     pieces = [chat.tokenizer.decode([i]) for i in ids]
+    layers = "blocks.layers.{}.self_attention.weights"
     with torch.no_grad(), nt.shape_checks(False):
-        _, weights = chat.model(torch.tensor([ids]), need_weights=True)
+        with nt.record(chat.model, layers) as found:
+            chat.model(torch.tensor([ids]))
+    weights = [w.tensor for w in found.each(layers)]
     for name, number in FIGURE_MAKERS.items():
         maps = [(f"layer {number}", weights[number - 1][0], pieces, pieces)]
         path = args.out / f"{name}.png"

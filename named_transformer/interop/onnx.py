@@ -34,6 +34,7 @@ from named_transformer.models.classifier import TransformerClassifier
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.text_encoder import TextEncoder
 from named_transformer.models.transformer import Transformer
+from named_transformer.recording import record
 
 WEIGHT_AXES = ("batch", "heads", "seq_q", "seq")
 
@@ -44,44 +45,40 @@ class Interface:
     """How a kind of model is called and what its exported graph returns.
 
     ``inputs``: (name, axes) per graph input; an input with no axes is a 0-d flag.
-    ``output``: (name, axes) of the model's usual output. ``maps``: (weights key,
-    output stem, label, queries, keys) per group of attention maps, where the key
-    picks the group from what ``call`` returns and ``queries``/``keys`` name the
-    input whose tokens label the rows and the columns. ``call(model, *inputs)``
-    returns (output, {key: one weights tensor per layer}).
+    ``output``: (name, axes) of the model's usual output. ``maps``: (recorded
+    name, output stem, label, queries, keys) per group of attention maps, where the
+    recorded name is the weights' dotted name with ``{}`` for the layer
+    (:meth:`~named_transformer.recording.Record.each`) and ``queries``/``keys``
+    name the input whose tokens label the rows and the columns.
+    ``call(model, *inputs)`` returns the output; the weights are recorded while it
+    runs.
     """
 
     kind: str
     inputs: tuple[tuple[str, tuple[str, ...]], ...]
     output: tuple[str, tuple[str, ...]]
     maps: tuple[tuple[str, str, str, str, str], ...]
-    call: Callable[..., tuple[Tensor, dict[str, list[Tensor]]]]
+    call: Callable[..., Tensor]
 
 
 # --8<-- [end:Interface]
 
 
-def _seq2seq(model: nn.Module, source: Tensor, target: Tensor):
-    return model(source, target, need_weights=True)
+def _called(model: nn.Module, *inputs: Tensor) -> Tensor:
+    return model(*inputs)
 
 
-def _language_model(model: nn.Module, tokens: Tensor):
-    log_probs, weights = model(tokens, need_weights=True)
-    return log_probs, {"self": weights}
+def _classifier(model: nn.Module, tokens: Tensor) -> Tensor:
+    logits = model(tokens)
+    return torch.log_softmax(logits, dim=-1)  # allow-raw: classes is the last axis
 
 
-def _classifier(model: nn.Module, tokens: Tensor):
-    logits, weights = model(tokens, need_weights=True)
-    log_probs = torch.log_softmax(logits, dim=-1)  # allow-raw: classes is the last axis
-    return log_probs, {"self": weights}
+def _self(stack: str, stem: str, label: str = "self-attention"):
+    """The self-attention maps of the stack at module path ``stack``."""
+    weights = f"{stack}.layers.{{}}.self_attention.weights"
+    return (weights, f"{stem}.{{}}.self", label, "tokens", "tokens")
 
 
-def _text_encoder(model: nn.Module, tokens: Tensor):
-    states, weights = model(tokens, need_weights=True)
-    return states, {"self": weights}
-
-
-_SELF = (("self", "encoder.{}.self", "self-attention", "tokens", "tokens"),)
 INTERFACES: dict[type, Interface] = {
     Transformer: Interface(
         "encoder-decoder",
@@ -89,49 +86,49 @@ INTERFACES: dict[type, Interface] = {
         ("log_probs", ("batch", "seq_q", "vocab")),
         (
             (
-                "encoder",
+                "stacks.encoder.layers.{}.self_attention.weights",
                 "encoder.{}.self",
                 "encoder self-attention",
                 "source",
                 "source",
             ),
             (
-                "decoder_self",
+                "stacks.decoder.layers.{}.self_attention.weights",
                 "decoder.{}.self",
                 "decoder self-attention",
                 "target",
                 "target",
             ),
             (
-                "decoder_cross",
+                "stacks.decoder.layers.{}.cross_attention.weights",
                 "decoder.{}.cross",
                 "cross-attention",
                 "target",
                 "source",
             ),
         ),  # fmt: skip
-        _seq2seq,
+        _called,
     ),
     LanguageModel: Interface(
         "decoder-only",
         (("tokens", ("batch", "seq")),),
         ("log_probs", ("batch", "seq", "vocab")),
-        (("self", "decoder.{}.self", "causal self-attention", "tokens", "tokens"),),
-        _language_model,
+        (_self("blocks", "decoder", "causal self-attention"),),
+        _called,
     ),
     TransformerClassifier: Interface(
         "classifier",
         (("tokens", ("batch", "seq")),),
         ("log_probs", ("batch", "classes")),
-        _SELF,
+        (_self("encoder", "encoder"),),
         _classifier,
     ),
     TextEncoder: Interface(
         "encoder",
         (("tokens", ("batch", "seq")),),
         ("states", ("batch", "seq", "layer")),
-        _SELF,
-        _text_encoder,
+        (_self("blocks", "encoder"),),
+        _called,
     ),
 }
 
@@ -172,10 +169,12 @@ class AttentionOutputs(nn.Module):
         self,
         *inputs: Shaped[Tensor, "..."],
     ) -> tuple[Float[Tensor, "..."], ...]:
-        output, weights = self.interface.call(self.model, *inputs)
+        recorded = [template for template, *_ in self.interface.maps]
+        with record(self.model, recorded) as found:
+            output = self.interface.call(self.model, *inputs)
         flat, maps = [output], []
-        for key, stem, label, queries, keys in self.interface.maps:
-            for layer, w in enumerate(weights[key]):
+        for template, stem, label, queries, keys in self.interface.maps:
+            for layer, w in enumerate(v.tensor for v in found.each(template)):
                 name = _named(f"{stem.format(layer)}.weights", WEIGHT_AXES)
                 maps.append({
                     "output": name, "label": f"{label}, layer {layer + 1}",

@@ -111,24 +111,17 @@ class TransformerClassifier(CountsParameters, nn.Module):
         self,
         tokens: Int[Tensor, "*batch seq"],
         mask: Bool[Tensor, "*batch seq"] | None = None,
-        need_weights: bool = False,
-    ) -> (
-        Float[Tensor, "*batch classes"]
-        | tuple[
-            Float[Tensor, "*batch classes"], list[Float[Tensor, "*batch heads seq seq"]]
-        ]
-    ):
+    ) -> Float[Tensor, "*batch classes"]:
         """Class logits. ``mask`` is True at real tokens, False at padding."""
         attend_mask = None if mask is None else rearrange(mask, "... seq -> ... 1 seq")
         embedded = self.positions(self.embedding(tokens))
-        states, weights = self.encoder(embedded, attend_mask, need_weights=True)
+        states = self.encoder(embedded, attend_mask)
         pooled = tap("pooled", masked_max(states, mask), "*batch layer")
         logits = (
             einsum(pooled, self.w_out, "... layer, classes layer -> ... classes")
             + self.b_out
         )
-        logits = tap("logits", logits, "*batch classes")
-        return (logits, weights) if need_weights else logits
+        return tap("logits", logits, "*batch classes")
 
 
 # --8<-- [end:TransformerClassifier]

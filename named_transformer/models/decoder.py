@@ -24,12 +24,7 @@ from torch import Tensor, nn
 
 from named_transformer.axes import checked
 from named_transformer.models.config import TransformerConfig
-from named_transformer.models.encoder import (
-    _biased,
-    _recording,
-    _Stack,
-    layer_config,
-)
+from named_transformer.models.encoder import _biased, _Stack, layer_config
 from named_transformer.models.multihead import MultiHeadAttention
 from named_transformer.models.parameters import CountsParameters
 from named_transformer.models.sublayers import Residual, build_feed_forward
@@ -85,34 +80,21 @@ class DecoderLayer(CountsParameters, nn.Module):
         memory: Float[Tensor, "*batch seq memory"],
         mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
         *,
         score_bias: Float[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    ) -> (
-        Float[Tensor, "*batch seq_q layer"]
-        | tuple[
-            Float[Tensor, "*batch seq_q layer"],
-            Float[Tensor, "*batch heads seq_q seq_q"],
-            Float[Tensor, "*batch heads seq_q seq"],
-        ]
-    ):
+    ) -> Float[Tensor, "*batch seq_q layer"]:
         """``mask`` over target positions (pass a causal mask), ``memory_mask`` over
         source; ``score_bias`` and ``memory_score_bias``: additive biases on the
-        self- and cross-attention scores.
-
-        Returns the output, or (output, self-attention weights, cross-attention
-        weights).
+        self- and cross-attention scores. The weights are recorded
+        (``self_attention.weights``, ``cross_attention.weights``), not returned.
         """
-        found: list[Tensor] = []
 
         def self_attend(x: Tensor) -> Tensor:
-            return _recording(self.self_attention, found, need_weights)(
-                x, mask=mask, **_biased(score_bias=score_bias)
-            )
+            return self.self_attention(x, mask=mask, **_biased(score_bias=score_bias))
 
         def cross_attend(x: Tensor) -> Tensor:
-            return _recording(self.cross_attention, found, need_weights)(
+            return self.cross_attention(
                 x, memory, memory_mask, **_biased(score_bias=memory_score_bias)
             )
 
@@ -120,7 +102,7 @@ class DecoderLayer(CountsParameters, nn.Module):
         outputs = self.cross_attention_residual(hidden, cross_attend)
         if self.feed_forward is not None:  # None: no feed-forward sublayer
             outputs = self.feed_forward_residual(outputs, self.feed_forward)
-        return (outputs, found[0], found[1]) if need_weights else outputs
+        return outputs
 
 
 # --8<-- [end:DecoderLayer]
@@ -140,35 +122,16 @@ class Decoder(_Stack):
         memory: Float[Tensor, "*batch seq memory"],
         mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
         *,
         score_bias: Float[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    ) -> (
-        Float[Tensor, "*batch seq_q layer"]
-        | tuple[
-            Float[Tensor, "*batch seq_q layer"],
-            list[Float[Tensor, "*batch heads seq_q seq_q"]],
-            list[Float[Tensor, "*batch heads seq_q seq"]],
-        ]
-    ):
-        """Returns the output, or (output, self weights per layer, cross weights per
-        layer). The score biases reach every layer."""
-        self_weights, cross_weights = [], []
+    ) -> Float[Tensor, "*batch seq_q layer"]:
+        """The score biases reach every layer."""
         biases = _biased(score_bias=score_bias, memory_score_bias=memory_score_bias)
         hidden = inputs
-        for decoder_layer in self.layers:  # weights only when asked: fused stays fused
-            if not need_weights:
-                hidden = decoder_layer(hidden, memory, mask, memory_mask, **biases)
-                continue
-            hidden, own, cross = decoder_layer(
-                hidden, memory, mask, memory_mask, need_weights=True, **biases
-            )
-            self_weights.append(own)
-            cross_weights.append(cross)
-        if self.norm is not None:
-            hidden = self.norm(hidden)
-        return (hidden, self_weights, cross_weights) if need_weights else hidden
+        for decoder_layer in self.layers:
+            hidden = decoder_layer(hidden, memory, mask, memory_mask, **biases)
+        return hidden if self.norm is None else self.norm(hidden)
 
 
 # --8<-- [end:Decoder]

@@ -16,7 +16,6 @@ With a causal mask the same layer is the block of a decoder-only language model 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from jaxtyping import Bool, Float
@@ -35,25 +34,6 @@ from named_transformer.models.sublayers import (
 )
 
 __all__ = ["Encoder", "EncoderLayer"]
-
-
-def _recording(
-    attention: nn.Module, found: list[Tensor], need_weights: bool
-) -> Callable[..., Tensor]:
-    """``attention`` as a function of its inputs, appending its weights to ``found``.
-
-    Only when ``need_weights``: otherwise the weights are not asked for, and an
-    attention built with ``fused=True`` may then use the fused kernel.
-    """
-    if not need_weights:
-        return attention
-
-    def call(*args, **kwargs) -> Tensor:
-        outputs, weights = attention(*args, **kwargs, need_weights=True)
-        found.append(weights)
-        return outputs
-
-    return call
 
 
 def _biased(**biases: Tensor | None) -> dict[str, Tensor]:
@@ -128,28 +108,19 @@ class EncoderLayer(CountsParameters, nn.Module):
         self,
         inputs: Float[Tensor, "*batch seq layer"],
         mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
         *,
         score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    ) -> (
-        Float[Tensor, "*batch seq layer"]
-        | tuple[
-            Float[Tensor, "*batch seq layer"], Float[Tensor, "*batch heads seq seq"]
-        ]
-    ):
+    ) -> Float[Tensor, "*batch seq layer"]:
         """``mask``: True where query position (row) may attend key position
         (column). ``score_bias``: an additive bias on the attention scores."""
-        found: list[Tensor] = []
 
         def self_attend(x: Tensor) -> Tensor:
-            return _recording(self.self_attention, found, need_weights)(
-                x, mask=mask, **_biased(score_bias=score_bias)
-            )
+            return self.self_attention(x, mask=mask, **_biased(score_bias=score_bias))
 
         outputs = self.attention_residual(inputs, self_attend)
         if self.feed_forward is not None:  # None: an attention-only block
             outputs = self.feed_forward_residual(outputs, self.feed_forward)
-        return (outputs, found[0]) if need_weights else outputs
+        return outputs
 
 
 # --8<-- [end:EncoderLayer]
@@ -224,31 +195,15 @@ class Encoder(_Stack):
         self,
         inputs: Float[Tensor, "*batch seq layer"],
         mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
         *,
         score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    ) -> (
-        Float[Tensor, "*batch seq layer"]
-        | tuple[
-            Float[Tensor, "*batch seq layer"],
-            list[Float[Tensor, "*batch heads seq seq"]],
-        ]
-    ):
-        """Returns the output, or (output, one weights tensor per layer) when
-        ``need_weights``. ``score_bias`` reaches every layer's attention."""
-        weights = []
+    ) -> Float[Tensor, "*batch seq layer"]:
+        """``score_bias`` reaches every layer's attention. Each layer's weights are
+        recorded (``layers.{}.self_attention.weights``), not returned."""
         hidden = inputs
-        for encoder_layer in self.layers:  # weights only when asked: fused stays fused
-            if need_weights:
-                hidden, layer_weights = encoder_layer(
-                    hidden, mask, need_weights=True, **_biased(score_bias=score_bias)
-                )
-                weights.append(layer_weights)
-            else:
-                hidden = encoder_layer(hidden, mask, **_biased(score_bias=score_bias))
-        if self.norm is not None:
-            hidden = self.norm(hidden)
-        return (hidden, weights) if need_weights else hidden
+        for encoder_layer in self.layers:
+            hidden = encoder_layer(hidden, mask, **_biased(score_bias=score_bias))
+        return hidden if self.norm is None else self.norm(hidden)
 
 
 # --8<-- [end:Encoder]

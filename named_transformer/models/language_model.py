@@ -98,31 +98,16 @@ class LanguageModel(CountsParameters, nn.Module):
     # --8<-- [start:forward]
     @checked
     def forward(
-        self, tokens: Int[Tensor, "*batch seq"], need_weights: bool = False
-    ) -> (
-        Float[Tensor, "*batch seq vocab"]
-        | tuple[
-            Float[Tensor, "*batch seq vocab"],
-            list[Float[Tensor, "*batch heads seq seq"]],
-        ]
-    ):
-        """Log-probabilities of the next token at every position (and per-layer
-        weights)."""
-        if need_weights:
-            hidden, weights = self.hidden_states(tokens, need_weights=True)
-            return self.generator(hidden), weights
+        self, tokens: Int[Tensor, "*batch seq"]
+    ) -> Float[Tensor, "*batch seq vocab"]:
+        """Log-probabilities of the next token at every position (each layer's
+        weights are recorded: ``blocks.layers.{}.self_attention.weights``)."""
         return self.generator(self.hidden_states(tokens))
 
     @checked
     def hidden_states(
-        self, tokens: Int[Tensor, "*batch seq"], need_weights: bool = False
-    ) -> (
-        Float[Tensor, "*batch seq layer"]
-        | tuple[
-            Float[Tensor, "*batch seq layer"],
-            list[Float[Tensor, "*batch heads seq seq"]],
-        ]
-    ):
+        self, tokens: Int[Tensor, "*batch seq"]
+    ) -> Float[Tensor, "*batch seq layer"]:
         """$X^L$, the last block's output (after the final LayerNorm, if any).
 
         The blocks attend under the causal mask, or the sliding window of
@@ -135,6 +120,6 @@ class LanguageModel(CountsParameters, nn.Module):
             else sliding_window_mask(seq, window=window, device=tokens.device)
         )
         embedded = self.positions(self.embedding(tokens))
-        return self.blocks(embedded, mask, need_weights)
+        return self.blocks(embedded, mask)
 
     # --8<-- [end:forward]

@@ -600,7 +600,7 @@ def zero_bias(learned: bool, *shape: int) -> nn.Parameter | None:
 
 
 def chosen_core(fused: bool, block: int | None, materialise: bool = False) -> Core:
-    """``MultiHeadAttention``'s core when no weights are asked for: the one its
+    """``MultiHeadAttention``'s core when no weights are recorded: the one its
     options name, else chosen for each call (:data:`AUTOMATIC`)."""
     named = [
         name
@@ -646,7 +646,7 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         dropout: probability of dropping an attention weight while training.
         fused: compute the attention by PyTorch's fused kernel
             (:func:`~named_transformer.core.attention.fused_attention`) whenever the
-            weights are not asked for. An explicit option: off, the named equations
+            weights are not recorded. An explicit option: off, the named equations
             run (materialising or blockwise, see ``block``).
         kv_heads: key/value heads $|\mathsf{kv\_heads}|$, each shared by
             $|\mathsf{heads}|/|\mathsf{kv\_heads}|$ query heads: grouped-query
@@ -656,13 +656,13 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         block: compute the attention ``block`` keys (and queries) at a time with an
             online softmax
             (:func:`~named_transformer.core.blockwise.blockwise_attention`) whenever
-            the weights are not asked for: the same function, without the
+            the weights are not recorded: the same function, without the
             $\mathsf{seq'} \times \mathsf{seq}$ weights in memory. None: chosen
             for each call by its sizes (the automatic core of
             :mod:`~named_transformer.models.cores`): materialised for short
             sequences, blockwise for long ones.
         materialise: always the named equations with the weights materialised, the
-            path the pages explain (what ``need_weights=True`` runs).
+            path the pages explain (what recording the weights runs).
         positions: the position scheme
             (:class:`~named_transformer.models.variants.PositionScheme`):
             ``Rotary(base)``, ``ALiBi(symmetric)``, ``Relative(max_distance)``; its
@@ -757,11 +757,10 @@ class MultiHeadAttention(CountsParameters, nn.Module):
     def _stackable(self) -> bool:  # 0.4.0's name, which tests and callers read
         return self.named_weights().stackable
 
-    def variant(self, need_weights: bool = False) -> AttentionVariant:
-        """The parts of one call: the position scheme, and the core (materialising
-        when the weights are asked for)."""
-        core = MATERIALISE if need_weights else self.core
-        return AttentionVariant(self.position_scheme(), core)
+    def variant(self) -> AttentionVariant:
+        """The parts of one call: the position scheme and the core (the
+        materialising one while the weights are recorded: :func:`attend_projected`)."""
+        return AttentionVariant(self.position_scheme(), self.core)
 
     # --8<-- [start:forward]
     @checked
@@ -770,36 +769,31 @@ class MultiHeadAttention(CountsParameters, nn.Module):
         inputs: Float[Tensor, "*batch seq_q layer"],
         memory: Float[Tensor, "*batch seq memory"] | None = None,
         mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
-        offset: int = 0,
         *,
+        offset: int = 0,
         values_from: Float[Tensor, "*batch seq value_memory"] | None = None,
         score_bias: Float[Tensor, "*#batch #seq_q #seq"] | None = None,
-    ) -> (
-        Float[Tensor, "*batch seq_q layer"]
-        | tuple[
-            Float[Tensor, "*batch seq_q layer"], Float[Tensor, "*batch heads seq_q seq"]
-        ]
-    ):
+    ) -> Float[Tensor, "*batch seq_q layer"]:
         """Self-attention when ``memory`` is None, else cross-attention over ``memory``.
 
         ``offset``: the first query's position, the keys starting at 0 (for position
         schemes). ``values_from``: the values' own source (default ``memory``),
         needed when the module was built with a ``value_memory`` of its own.
         ``score_bias``: an additive bias $B$ on the scores, shared by all heads (a
-        float ``attn_mask`` of PyTorch). Returns the output, or (output, per-head
-        weights) when ``need_weights``.
+        float ``attn_mask`` of PyTorch). The per-head weights are recorded, not
+        returned: ``with nt.record(attention) as found``, then ``found["weights"]``
+        (:mod:`~named_transformer.recording`).
         """
-        variant = self.variant(need_weights)
+        variant = self.variant()
         heads = project_qkv(
             inputs, inputs if memory is None else memory, self.named_weights(),
             values_from=values_from,
         )  # fmt: skip
-        outputs, weights = attend_projected(
+        outputs, _ = attend_projected(
             place(heads, variant.positions, offset), self.w_o, self.b_o, mask,
             variant=variant, score_bias=score_bias, offset=offset,
             dropout=self.dropout if self.training else 0.0,
         )  # fmt: skip
-        return (outputs, weights) if need_weights else outputs
+        return outputs
 
     # --8<-- [end:forward]

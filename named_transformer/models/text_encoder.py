@@ -212,18 +212,11 @@ class TextEncoder(CountsParameters, nn.Module):
         tokens: Int[Tensor, "*batch seq"],
         mask: Bool[Tensor, "*batch seq"] | None = None,
         types: Int[Tensor, "*batch seq"] | None = None,
-        need_weights: bool = False,
-    ) -> (
-        Float[Tensor, "*batch seq layer"]
-        | tuple[
-            Float[Tensor, "*batch seq layer"],
-            list[Float[Tensor, "*batch heads seq seq"]],
-        ]
-    ):
-        """The last layer's states $X^N$ (and one weights tensor per layer when
-        ``need_weights``). ``mask``: True on real tokens, False on padding."""
+    ) -> Float[Tensor, "*batch seq layer"]:
+        """The last layer's states $X^N$. ``mask``: True on real tokens, False on
+        padding."""
         keys = None if mask is None else rearrange(mask, "... seq -> ... 1 seq")
-        return self.blocks(self.embed(tokens, types), keys, need_weights)
+        return self.blocks(self.embed(tokens, types), keys)
 
     # --8<-- [end:forward]
 

@@ -30,18 +30,6 @@ from named_transformer.models.parameters import CountsParameters
 __all__ = ["Transformer", "TransformerStacks"]
 
 
-def _by_kind(
-    encoder: list[Tensor], decoder_self: list[Tensor], decoder_cross: list[Tensor]
-) -> dict[str, list[Tensor]]:
-    """The per-layer attention weights of each kind, as ``need_weights`` returns
-    them."""
-    return {
-        "encoder": encoder,
-        "decoder_self": decoder_self,
-        "decoder_cross": decoder_cross,
-    }
-
-
 # --8<-- [start:TransformerStacks]
 class TransformerStacks(CountsParameters, nn.Module):
     r"""An encoder stack and a decoder stack; the decoder cross-attends the encoder
@@ -65,24 +53,11 @@ class TransformerStacks(CountsParameters, nn.Module):
         source_mask: Bool[Tensor, "*#batch #seq #seq"] | None = None,
         target_mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
         memory_mask: Bool[Tensor, "*#batch #seq_q #seq"] | None = None,
-        need_weights: bool = False,
-    ) -> (
-        Float[Tensor, "*batch seq_q layer"]
-        | tuple[Float[Tensor, "*batch seq_q layer"], dict[str, list[Tensor]]]
-    ):
-        """Masks are True where attention is allowed; ``target_mask`` is usually causal.
-
-        With ``need_weights``, also the per-layer, per-head weights under ``"encoder"``,
-        ``"decoder_self"`` and ``"decoder_cross"``.
-        """
-        if not need_weights:
-            memory = self.encoder(source, source_mask)
-            return self.decoder(target, memory, target_mask, memory_mask)
-        memory, encoder_weights = self.encoder(source, source_mask, need_weights=True)
-        outputs, self_weights, cross_weights = self.decoder(
-            target, memory, target_mask, memory_mask, need_weights=True
-        )
-        return outputs, _by_kind(encoder_weights, self_weights, cross_weights)
+    ) -> Float[Tensor, "*batch seq_q layer"]:
+        """Masks are True where attention is allowed; ``target_mask`` is usually
+        causal."""
+        memory = self.encoder(source, source_mask)
+        return self.decoder(target, memory, target_mask, memory_mask)
 
 
 # --8<-- [end:TransformerStacks]
@@ -120,17 +95,10 @@ class Transformer(CountsParameters, nn.Module):
         self,
         source: Int[Tensor, "*batch seq"],
         source_mask: Bool[Tensor, "*#batch 1 seq"] | None = None,
-        need_weights: bool = False,
-    ) -> (
-        Float[Tensor, "*batch seq layer"]
-        | tuple[
-            Float[Tensor, "*batch seq layer"],
-            list[Float[Tensor, "*batch heads seq seq"]],
-        ]
-    ):
+    ) -> Float[Tensor, "*batch seq layer"]:
         """The memory $H$. ``source_mask`` marks real (non-padding) source tokens."""
         embedded = self.positions(self.source_embedding(source))
-        return self.stacks.encoder(embedded, source_mask, need_weights=need_weights)
+        return self.stacks.encoder(embedded, source_mask)
 
     # --8<-- [end:Transformer]
 
@@ -142,16 +110,9 @@ class Transformer(CountsParameters, nn.Module):
         memory: Float[Tensor, "*batch seq layer"],
         source_mask: Bool[Tensor, "*#batch 1 seq"] | None = None,
         target_mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
-        need_weights: bool = False,
+        *,
         offset: int = 0,
-    ) -> (
-        Float[Tensor, "*batch seq_q vocab"]
-        | tuple[
-            Float[Tensor, "*batch seq_q vocab"],
-            list[Float[Tensor, "*batch heads seq_q seq_q"]],
-            list[Float[Tensor, "*batch heads seq_q seq"]],
-        ]
-    ):
+    ) -> Float[Tensor, "*batch seq_q vocab"]:
         """Log-probabilities of the next target token at every target position.
 
         ``target_mask`` defaults to the causal mask (the sliding window of
@@ -165,13 +126,9 @@ class Transformer(CountsParameters, nn.Module):
         if target_mask is None:
             target_mask = causal_mask(target.shape[-1], device=target.device)
         embedded = self.positions(self.target_embedding(target), offset)
-        decoded = self.stacks.decoder(
-            embedded, memory, target_mask, source_mask, need_weights
+        return self.generator(
+            self.stacks.decoder(embedded, memory, target_mask, source_mask)
         )
-        if need_weights:
-            hidden, self_weights, cross_weights = decoded
-            return self.generator(hidden), self_weights, cross_weights
-        return self.generator(decoded)
 
     # --8<-- [end:decode]
 
@@ -183,23 +140,15 @@ class Transformer(CountsParameters, nn.Module):
         target: Int[Tensor, "*batch seq_q"],
         source_mask: Bool[Tensor, "*#batch 1 seq"] | None = None,
         target_mask: Bool[Tensor, "*#batch #seq_q #seq_q"] | None = None,
-        need_weights: bool = False,
-    ) -> (
-        Float[Tensor, "*batch seq_q vocab"]
-        | tuple[Float[Tensor, "*batch seq_q vocab"], dict[str, list[Tensor]]]
-    ):
+    ) -> Float[Tensor, "*batch seq_q vocab"]:
         """Teacher forcing: log-probabilities for every target position at once.
 
-        With ``need_weights``, also a dict of per-layer, per-head weights under
-        ``"encoder"``, ``"decoder_self"`` and ``"decoder_cross"``.
+        The per-layer, per-head weights are recorded
+        (:func:`~named_transformer.recording.record`), under
+        ``stacks.encoder.layers.{}.self_attention.weights`` and the decoder's
+        ``self_attention`` and ``cross_attention``.
         """
-        if not need_weights:
-            memory = self.encode(source, source_mask)
-            return self.decode(target, memory, source_mask, target_mask)
-        memory, encoder_weights = self.encode(source, source_mask, need_weights=True)
-        log_probs, self_weights, cross_weights = self.decode(
-            target, memory, source_mask, target_mask, need_weights=True
-        )
-        return log_probs, _by_kind(encoder_weights, self_weights, cross_weights)
+        memory = self.encode(source, source_mask)
+        return self.decode(target, memory, source_mask, target_mask)
 
     # --8<-- [end:forward]

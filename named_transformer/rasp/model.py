@@ -28,8 +28,9 @@ from torch import Tensor, nn
 from named_transformer.axes import checked
 from named_transformer.core.masks import causal_mask
 from named_transformer.models.embedding import add_positions, embed
-from named_transformer.models.multihead import MultiHeadAttention
+from named_transformer.models.multihead import MultiHeadAttention, multihead
 from named_transformer.models.parameters import CountsParameters
+from named_transformer.recording import scope
 
 __all__ = ["CompiledModel", "OutputVariable"]
 
@@ -119,9 +120,13 @@ class CompiledModel(CountsParameters, nn.Module):
         stream = add_positions(stream, self.position_table[:length])
         residuals, weights = [stream], []
         mask = causal_mask(length, device=tokens.device) if self.causal else None
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             if isinstance(block, MultiHeadAttention):
-                update, pattern = block(stream, mask=mask, need_weights=True)
+                # the block's weights by the pipeline itself (its forward returns
+                # only the output), its taps named as the block's own
+                with scope(f"blocks.{i}"):
+                    update, pattern = multihead(stream, stream, block.named_weights(),
+                                                mask)  # fmt: skip
                 weights.append(pattern)
             else:
                 update = block(stream)

@@ -415,9 +415,10 @@ def example_weights(
     ``period`` tokens (the longest scored period when None)."""
     period = period or max(settings.periods)
     tokens = inside.repeated_tokens(settings.vocab, period, 1, seed=12345)
-    with torch.no_grad():
-        _, weights = model(tokens, need_weights=True)
-    return [w[0] for w in weights]
+    weights = "blocks.layers.{}.self_attention.weights"
+    with torch.no_grad(), inside.record(model, weights) as found:
+        model(tokens)
+    return [w.tensor[0] for w in found.each(weights)]
 
 
 # --8<-- [start:phase_change]

@@ -45,6 +45,7 @@ from named_transformer.models.config import TransformerConfig
 from named_transformer.models.embedding import NoPositions
 from named_transformer.models.language_model import LanguageModel
 from named_transformer.models.transformer import Transformer
+from named_transformer.recording import record
 from named_transformer.workflows.batches import (
     collate,
     collate_classify,
@@ -74,6 +75,8 @@ __all__ = [
 # from one map to the next, so one jaxtyping annotation cannot bind them across the
 # list.
 AttentionMap = tuple[str, Tensor, list[str], list[str]]
+# the recorded names of a stack's attention weights, {} for the layer
+_SELF, _CROSS = "layers.{}.self_attention.weights", "layers.{}.cross_attention.weights"
 Strategy = Callable[..., Decoded]
 
 
@@ -87,9 +90,9 @@ class ModelKind:
 
     name: str  # its name in a stored spec's "kind"
     learns: str  # the task kind it can learn: "seq2seq" or "classify"
-    # The attention maps: (the name of the weights, title, query labels, key labels),
-    # where labels are the "source", the "target" (<bos> + prediction) or the
-    # "prompt" (source <bos> prediction).
+    # The attention maps: (the recorded name of the weights, {} for the layer;
+    # title, query labels, key labels), where labels are the "source", the
+    # "target" (<bos> + prediction) or the "prompt" (source <bos> prediction).
     maps: tuple[tuple[str, str, str, str], ...] = ()
 
     def __repr__(self) -> str:
@@ -153,9 +156,9 @@ class ModelKind:
         ``prediction``."""
         return Example(tuple(source), tuple(prediction))
 
-    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
-        """Each layer's attention weights (batch × heads × seq_q × seq), by the
-        names in :attr:`maps`."""
+    def read(self, model: nn.Module, batch: Any) -> Tensor:
+        """The model's output on ``batch``, while :meth:`attention_maps` records
+        the weights :attr:`maps` names."""
         raise NotImplementedError
 
     def attention_maps(
@@ -169,7 +172,8 @@ class ModelKind:
         if not self.maps:
             return []  # no attention at all
         batch = self.collate([self.example(source, prediction)], vocabulary)
-        weights = self.weights(model, batch)
+        with record(model, [name for name, *_ in self.maps]) as found:
+            self.read(model, batch)
         sources, predicted = _labels(source), _labels(prediction)
         labels = {
             "source": sources,
@@ -177,9 +181,9 @@ class ModelKind:
             "prompt": [*sources, "<bos>", *predicted],
         }
         return [
-            (f"{title}, layer {i + 1}", w[0], labels[queries], labels[keys])
+            (f"{title}, layer {i + 1}", w.tensor[0], labels[queries], labels[keys])
             for name, title, queries, keys in self.maps
-            for i, w in enumerate(weights[name])
+            for i, w in enumerate(found.each(name))
         ]
 
 
@@ -273,9 +277,9 @@ class EncoderDecoderKind(_Generating):
 
     name = "encoder-decoder"
     maps = (
-        ("encoder", "encoder self-attention", "source", "source"),
-        ("decoder_self", "decoder self-attention", "target", "target"),
-        ("decoder_cross", "cross-attention", "target", "source"),
+        (f"stacks.encoder.{_SELF}", "encoder self-attention", "source", "source"),
+        (f"stacks.decoder.{_SELF}", "decoder self-attention", "target", "target"),
+        (f"stacks.decoder.{_CROSS}", "cross-attention", "target", "source"),
     )
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
@@ -297,8 +301,8 @@ class EncoderDecoderKind(_Generating):
         decoder = IncrementalDecoder(model, batch.source, batch.source_mask)
         return decoder, batch.target_in[:, :1]
 
-    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
-        return model(batch.source, batch.target_in, need_weights=True)[1]
+    def read(self, model: nn.Module, batch: Any) -> Tensor:
+        return model(batch.source, batch.target_in)
 
 
 @register
@@ -306,7 +310,7 @@ class DecoderOnlyKind(_Generating):
     """A causal language model that continues the prompt ``source <bos>``."""
 
     name = "decoder-only"
-    maps = (("self", "causal self-attention", "prompt", "prompt"),)
+    maps = ((f"blocks.{_SELF}", "causal self-attention", "prompt", "prompt"),)
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return LanguageModel(vocab, config)
@@ -326,8 +330,8 @@ class DecoderOnlyKind(_Generating):
         batch = collate_lm(examples, vocabulary)
         return IncrementalDecoder(model), batch.inputs[:, : batch.prompt_lengths[0]]
 
-    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
-        return {"self": model(batch.inputs, need_weights=True)[1]}
+    def read(self, model: nn.Module, batch: Any) -> Tensor:
+        return model(batch.inputs)
 
 
 class _Classifying(ModelKind):
@@ -365,13 +369,13 @@ class ClassifierKind(_Classifying):
     """A Transformer encoder, pooled, then a linear layer over the labels."""
 
     name = "classifier"
-    maps = (("self", "encoder self-attention", "source", "source"),)
+    maps = ((f"encoder.{_SELF}", "encoder self-attention", "source", "source"),)
 
     def network(self, vocab: int, config: TransformerConfig) -> nn.Module:
         return TransformerClassifier(vocab, len(LABELS), config)
 
-    def weights(self, model: nn.Module, batch: Any) -> dict[str, list[Tensor]]:
-        return {"self": model(batch.source, batch.mask, need_weights=True)[1]}
+    def read(self, model: nn.Module, batch: Any) -> Tensor:
+        return model(batch.source, batch.mask)
 
 
 @register

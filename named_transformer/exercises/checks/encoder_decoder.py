@@ -4,6 +4,7 @@ library's class (the weights are the library's, copied from PyTorch's layers).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,9 +19,9 @@ from named_transformer.exercises.checks._support import (
     _close,
     _randn,
     _rejects,
-    _unpack,
 )
 from named_transformer.interop.pytorch import from_torch
+from named_transformer.recording import record
 
 _WIDTH, _HEADS, _HIDDEN = 6, 2, 7  # heads of 3; every width different
 
@@ -90,22 +91,40 @@ def encoder_layer_score_bias_matches_torch(impl: Check) -> None:
                "with a score bias (a float src_mask)")  # fmt: skip
 
 
-def encoder_layer_need_weights(impl: Check) -> None:
-    """``need_weights=True`` returns (output, the self-attention's weights per
-    head)."""
+def _recorded(
+    layer: nn.Module, call: Callable[[], Tensor], *attentions: str
+) -> tuple[Tensor, ...]:
+    """``call()``'s output, then the weights recorded of each of ``attentions`` (the
+    layer's modules by name) while it ran, else say that none were."""
+    with record(layer) as found:
+        output = call()
+    weights = []
+    for attention in attentions:
+        name = f"{attention}.weights"
+        if name not in found:
+            raise AssertionError(
+                f"nothing was recorded as {name!r}: call the module "
+                f"self.{attention} (its forward, which the recording sees), not "
+                "the functions it runs"
+            )
+        weights.append(found[name].tensor)
+    return output, *weights
+
+
+def encoder_layer_records_weights(impl: Check) -> None:
+    """The self-attention runs as the module ``self.self_attention``: recording the
+    layer (``nt.record``) gives its weights per head, PyTorch's."""
     theirs = _torch_layer(nn.TransformerEncoderLayer, False, seed=66)
     mine = _layer_like(impl, theirs)
     inputs, mask = _randn(2, 4, _WIDTH, seed=76), _causal(4, 4)
     with torch.no_grad():
-        output, weights = _unpack(mine(inputs, mask, need_weights=True),
-                                  "output, weights",
-                                  "with need_weights=True")  # fmt: skip
+        output, weights = _recorded(mine, lambda: mine(inputs, mask),
+                                    "self_attention")  # fmt: skip
         _close(output, theirs(inputs, src_mask=~mask),
-               "torch.nn.TransformerEncoderLayer",
-               "with need_weights=True")  # fmt: skip
+               "torch.nn.TransformerEncoderLayer", "while recorded")  # fmt: skip
         _close(weights, _self_attention_weights(theirs, inputs, mask),
                "the self-attention's weights, one table per head",
-               "(the weights returned with need_weights=True)")  # fmt: skip
+               "(recorded as self_attention.weights)")  # fmt: skip
 
 
 def encoder_layer_wrong_shape(impl: Check) -> None:
@@ -182,25 +201,25 @@ def decoder_layer_score_biases_match_torch(impl: Check) -> None:
                "with a score bias and a memory score bias")  # fmt: skip
 
 
-def decoder_layer_need_weights(impl: Check) -> None:
-    """``need_weights=True`` returns (output, self-attention weights,
-    cross-attention weights), one table per head."""
+def decoder_layer_records_weights(impl: Check) -> None:
+    """Both attentions run as the modules ``self.self_attention`` and
+    ``self.cross_attention``: recording the layer gives their weights per head,
+    PyTorch's."""
     mine, theirs = _decoder_pair(impl, norm_first=False)
     inputs, memory = _randn(2, 4, _WIDTH, seed=81), _randn(2, 3, _WIDTH, seed=82)
     mask, padding = _causal(4, 4), _key_padding([2, 3], 3)
     with torch.no_grad():
-        output, own, cross = _unpack(
-            mine(inputs, memory, mask, padding, need_weights=True),
-            "output, self-attention weights, cross-attention weights",
-            "with need_weights=True",
-        )
+        output, own, cross = _recorded(
+            mine, lambda: mine(inputs, memory, mask, padding), "self_attention",
+            "cross_attention",
+        )  # fmt: skip
         expected = theirs(inputs, memory, tgt_mask=~mask,
                           memory_key_padding_mask=~_flat(padding))  # fmt: skip
         _close(output, expected, "torch.nn.TransformerDecoderLayer",
-               "with need_weights=True")  # fmt: skip
+               "while recorded")  # fmt: skip
         _close(own, _self_attention_weights(theirs, inputs, mask),
                "the self-attention's weights, one table per head",
-               "(the second of three returned with need_weights=True)")  # fmt: skip
+               "(recorded as self_attention.weights)")  # fmt: skip
         attended = inputs + theirs.self_attn(inputs, inputs, inputs,
                                              attn_mask=~mask)[0]  # fmt: skip
         expected = theirs.multihead_attn(
@@ -208,16 +227,18 @@ def decoder_layer_need_weights(impl: Check) -> None:
             key_padding_mask=~_flat(padding), average_attn_weights=False,
         )[1]  # fmt: skip
         _close(cross, expected, "the cross-attention's weights, one table per head",
-               "(the third of three returned with need_weights=True)")  # fmt: skip
+               "(recorded as cross_attention.weights)")  # fmt: skip
 
 
 CHECKS: dict[str, tuple[Check, ...]] = {
     "EncoderLayer": (encoder_layer_post_norm_matches_torch,
                      encoder_layer_pre_norm_matches_torch,
-                     encoder_layer_score_bias_matches_torch, encoder_layer_need_weights,
+                     encoder_layer_score_bias_matches_torch,
+                     encoder_layer_records_weights,
                      encoder_layer_wrong_shape),
     "DecoderLayer": (decoder_layer_is_causal, decoder_layer_post_norm_matches_torch,
                      decoder_layer_pre_norm_matches_torch,
-                     decoder_layer_score_biases_match_torch, decoder_layer_need_weights,
+                     decoder_layer_score_biases_match_torch,
+                     decoder_layer_records_weights,
                      decoder_layer_wrong_shape),
 }  # fmt: skip
