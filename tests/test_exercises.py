@@ -27,7 +27,6 @@ from named_transformer.exercises import (
     CHECKS,
     EXERCISES,
     PAGES,
-    check_directory,
     check_exercise,
     load_learner,
     skeleton,
