@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from named_transformer.exercises import (
     CHECKS,
     EXERCISES,
     PAGES,
-    check_directory,
     check_exercise,
     load_learner,
     skeleton,
@@ -1294,8 +1292,10 @@ def test_init_edit_check_passes_for_the_pipeline(tmp_path, capsys):
     assert lines == ["multihead: passed", "1 of 1 passed"]
 
 
-def test_the_whole_check_of_the_library_is_fast(tmp_path, capsys):
-    """A directory whose files are the library's functions passes every exercise."""
+def test_the_whole_check_of_the_library_passes(tmp_path, capsys):
+    """A directory whose files are the library's functions passes every exercise,
+    through the command line: one line a passed exercise, in order, and the total.
+    (No wall time is asserted: CI must fail only for a reason.)"""
     for page, (file, _) in PAGES.items():
         imports = [
             f"from {e.module} import {e.name}  # noqa: F401"
@@ -1303,12 +1303,11 @@ def test_the_whole_check_of_the_library_is_fast(tmp_path, capsys):
             if e.page == page
         ]
         (tmp_path / file).write_text("\n".join(imports) + "\n")
-    start = time.perf_counter()
-    results = check_directory(tmp_path)
-    seconds = time.perf_counter() - start
-    assert [r.status for r in results] == ["passed"] * len(EXERCISES), results
-    assert seconds < 60
     assert main(["exercises", "check", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [f"{name}: passed" for name in NAMES] + [
+        f"{len(NAMES)} of {len(NAMES)} passed"
+    ]
 
 
 def test_the_exercises_page_lists_every_exercise_with_its_section():
