@@ -191,7 +191,7 @@ def test_under_autocast(case):
 @pytest.mark.parametrize(
     "case",
     ["softmax, mask", "weights, mask and bias", "project_qkv", "standardize", "relu",
-     "attention, causal", "attention, padding"],
+     "attention, causal", "attention, padding", "attention, a window (the equation)"],
 )  # fmt: skip
 def test_compiled(case):
     """Compiled (values and gradients): the graph traces the fast function."""
@@ -248,6 +248,18 @@ def test_the_fused_kernel_takes_the_calls_it_computes(case, monkeypatch):
     )  # fmt: skip
     _call(function, arguments(*tensors))
     assert calls == ([case == "attention, causal"] if case in FUSED else [])
+
+
+def test_a_causal_rule_with_fewer_queries_than_keys_runs_the_kernel():
+    """``causal_mask(seq_q, seq)`` with seq_q < seq, the first query at position 0:
+    the kernel's ``is_causal=True`` (its top-left triangle) equals the equation."""
+    q, k, v = (torch.randn(2, 3, SEQ, KEY, dtype=torch.float64) for _ in range(3))
+    mask = nt.causal_mask(3, SEQ)
+    assert fast.fused_kernel_computes(q[:, :, :3], k, v, mask)
+    torch.testing.assert_close(
+        nt.attention(q[:, :, :3], k, v, mask),
+        nt.attention.equation(q[:, :, :3], k, v, mask), rtol=1e-12, atol=1e-12,
+    )  # fmt: skip
 
 
 def test_the_fused_kernel_takes_no_other_call():

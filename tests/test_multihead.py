@@ -599,3 +599,17 @@ def test_self_attention_stacks_only_while_a_gradient_is_recorded(monkeypatch):
     m(x, mask=mask).sum().backward()
     assert stacked == [1, 1] and m.b_q.grad is not None
 
+
+
+def test_a_positional_need_weights_of_before_0_11_is_a_type_error():
+    """``need_weights`` went in 0.11.0 and ``offset`` is keyword-only, so an old call
+    that passed ``True`` by position fails in one line instead of reading as
+    ``offset=1``."""
+    x = torch.randn(1, 3, 12)
+    with pytest.raises(TypeError):
+        nt.MultiHeadAttention(12, 3)(x, None, None, True)
+    model = nt.Transformer(7, 7, nt.TransformerConfig(
+        layer=12, heads=3, hidden=16, encoder_layers=1, decoder_layers=1))
+    memory = torch.randn(1, 4, 12)
+    with pytest.raises(TypeError):
+        model.decode(torch.zeros(1, 3, dtype=torch.long), memory, None, None, True)

@@ -83,6 +83,8 @@ def stand_in(
         runs = faster
         if where is not None:
             module, test = sys.modules[__name__], where.__name__
+            if getattr(module, test, None) is not where:  # looked up by name below
+                raise ValueError(f"where must be a function of {__name__}: {test}")
 
             def runs(*args, **kwargs):  # type: ignore[no-redef]
                 # the test looked up at each call: nt.exercises.use switches it off

@@ -58,10 +58,10 @@ class TransformerConfig:
     # a LayerNorm after each stack; None = same as norm_first
     final_norm: bool | None = None
     eps: float = 1e-5
-    # True: PyTorch's fused kernel wherever no weights are asked for
+    # True: PyTorch's fused kernel wherever no weights are recorded
     fused_attention: bool = False
     # blockwise attention (online softmax), this many positions a block, wherever no
-    # weights are asked for; None = the materialising named path
+    # weights are recorded; None = the materialising named path
     attention_block: int | None = None
     # key/value heads of every self-attention (grouped-query attention; 1 =
     # multi-query); None = heads

