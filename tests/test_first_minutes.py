@@ -231,7 +231,15 @@ def _start(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "named_transformer", *argv], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )  # fmt: skip
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A shell starts a background job (``cmd &``, as a CI script may run pytest) with
+    Ctrl-C ignored, and the children inherit it, so Python would install no handler;
+    a command run in a terminal gets Ctrl-C's default, which these tests are about."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _interrupt(process: subprocess.Popen[str]) -> tuple[str, list[str]]:
