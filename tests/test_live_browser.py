@@ -356,8 +356,8 @@ def inputs_for(spec: dict[str, Any]) -> dict[str, str]:
     if reads == "alphabet":  # every character is read: only blank text is refused
         sentence = "the cat sat. " * (most // 13 + 2)
         return {"example": example, "longest": sentence[:most],
-                "beyond": sentence[: most + 9],
-                "non-ascii": "Naïve café, Zoë! 日本", "invalid": "   "}  # fmt: skip
+                "beyond": sentence[: most + 9], "invalid": "   ",
+                "non-ascii": "Naïve café, Zoë! 日本"}  # fmt: skip
     # WordPiece: "good" is one piece; [CLS] and [SEP] make two more
     return {"example": example, "longest": " ".join(["good"] * (most - 2)),
             "beyond": " ".join(["good"] * (most + 8)),
