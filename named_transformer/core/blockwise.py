@@ -295,6 +295,15 @@ def _block_of(table: Tensor | None, queries: slice, keys: slice) -> Tensor | Non
     return table[..., rows, columns]
 
 
+class Tiling(NamedTuple):
+    """How the blocks are cut and which are skipped: ``block`` positions a block, the
+    causal rule (first query at ``offset``) or none."""
+
+    block: int
+    causal: bool = False
+    offset: int = 0
+
+
 # --8<-- [start:blocks]
 def _query_blocks(seq_q: int, block: int) -> Iterator[slice]:
     """Consecutive blocks of ``block`` query positions (the last may be shorter)."""
@@ -342,16 +351,29 @@ def _key_blocks(
         yield keys, allowed
 
 
+def _score_tiles(
+    scaled: Tensor,
+    keys: Tensor,
+    rows: slice,
+    mask: Tensor | None,
+    score_bias: Tensor | None,
+    tiling: Tiling,
+    tables: _Tables,
+) -> Iterator[tuple[slice, Tensor]]:
+    """The blocks of keys that the block ``rows`` of queries (scaled, $\\hat Q_b$)
+    visits, each with its scores $S_b$: the tiles both passes go through."""
+    block, causal, offset = tiling
+    for columns, allowed in _key_blocks(
+        rows, keys.shape[-2], block, mask, causal, offset, scaled.device
+    ):
+        yield columns, _tile_scores(
+            scaled, keys[..., columns, :], allowed,
+            _block_of(score_bias, rows, columns),
+            tables.scores(rows, columns),
+        )  # fmt: skip
+
+
 # --8<-- [end:blocks]
-
-
-class Tiling(NamedTuple):
-    """How the blocks are cut and which are skipped: ``block`` positions a block, the
-    causal rule (first query at ``offset``) or none."""
-
-    block: int
-    causal: bool = False
-    offset: int = 0
 
 
 # --8<-- [start:blockwise_forward]
@@ -367,29 +389,23 @@ def _blockwise_forward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     r"""$O / \ell$ block by block, with the final $m$ and $\ell$ (for the backward
     pass)."""
-    seq_q, seq = queries.shape[-2], keys.shape[-2]
+    seq_q = queries.shape[-2]
     batch = _batch_axes(queries, keys, values, mask, score_bias)
     attended = queries.new_empty(*batch, seq_q, values.shape[-1])
     maximum = queries.new_empty(*batch, seq_q, 1)
     normaliser = queries.new_empty(*batch, seq_q, 1)
     scale = 1.0 / math.sqrt(queries.shape[-1])
-    block, causal, offset = tiling
     tables = _Tables(queries, keys, values, score_bias)
-    for rows in _query_blocks(seq_q, block):
+    for rows in _query_blocks(seq_q, tiling.block):
         scaled = queries[..., rows, :] * scale  # \hat Q_b, once per block of queries
         size = rows.stop - rows.start
         # m = -inf, l = 0, O = 0: fresh tensors, as autograd may keep them
         m = queries.new_full((*batch, size, 1), -torch.inf)
         ell = queries.new_zeros(*batch, size, 1)
         outputs = queries.new_zeros(*batch, size, values.shape[-1])
-        for columns, allowed in _key_blocks(
-            rows, seq, block, mask, causal, offset, queries.device
+        for columns, scores in _score_tiles(
+            scaled, keys, rows, mask, score_bias, tiling, tables
         ):
-            scores = _tile_scores(
-                scaled, keys[..., columns, :], allowed,
-                _block_of(score_bias, rows, columns),
-                tables.scores(rows, columns),
-            )  # fmt: skip
             m, ell, outputs = _online_softmax(
                 scores, values[..., columns, :], m, ell, outputs, dropout, training
             )
@@ -487,7 +503,7 @@ class _BlockwiseAttention(torch.autograd.Function):
         delta = reduce(grad_attended * attended, "... seq_q val -> ... seq_q 1", "sum")
         inverse = torch.where(normaliser > 0, 1.0 / normaliser, 0.0)
         maximum = _finite(maximum)
-        batch, seq = attended.shape[:-2], keys.shape[-2]
+        batch = attended.shape[:-2]
         grad_queries = queries.new_zeros(*batch, *queries.shape[-2:])
         grad_keys = keys.new_zeros(*batch, *keys.shape[-2:])
         grad_values = values.new_zeros(*batch, *values.shape[-2:])
@@ -495,18 +511,12 @@ class _BlockwiseAttention(torch.autograd.Function):
         if score_bias is not None and ctx.needs_input_grad[4]:
             grad_bias = torch.zeros_like(score_bias)
         scale = 1.0 / math.sqrt(queries.shape[-1])
-        block, causal, offset = ctx.tiling
         tables = _Tables(queries, keys)  # no gradient is recorded here
-        for rows in _query_blocks(queries.shape[-2], block):
+        for rows in _query_blocks(queries.shape[-2], ctx.tiling.block):
             scaled = queries[..., rows, :] * scale
-            for columns, allowed in _key_blocks(
-                rows, seq, block, mask, causal, offset, queries.device
+            for columns, scores in _score_tiles(
+                scaled, keys, rows, mask, score_bias, ctx.tiling, tables
             ):
-                scores = _tile_scores(
-                    scaled, keys[..., columns, :], allowed,
-                    _block_of(score_bias, rows, columns),
-                    tables.scores(rows, columns),
-                )  # fmt: skip
                 grad_scores, grad_q, grad_k, grad_v = _tile_gradients(
                     scores, scaled, keys[..., columns, :],
                     values[..., columns, :], grad_attended[..., rows, :],
