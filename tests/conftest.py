@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -76,14 +77,52 @@ CHROMIUM_ARGS = [
 ]
 
 
+# Fixtures that read the built site: the tests using them run last (see below).
+SITE_FIXTURES = {"site_dir", "server", "live_models"}
+SITE_WAIT_SECONDS = 3600
+
+
+def built_site() -> Path | None:
+    """The site CI built (``NT_SITE_DIR``), or None where none is given.
+
+    CI starts pytest while the docs build is still running, so that the tests which
+    need no site use the cores the build leaves idle: it names a status file
+    (``NT_SITE_STATUS``) that the build writes its exit code into when it ends, and
+    this waits for it."""
+    given = os.environ.get("NT_SITE_DIR")
+    if not given:
+        return None
+    status = os.environ.get("NT_SITE_STATUS")
+    if status:
+        waited = 0.0
+        while not Path(status).is_file():
+            if waited > SITE_WAIT_SECONDS:
+                pytest.fail(f"the docs build wrote no {status} in an hour")
+            time.sleep(1.0)
+            waited += 1.0
+        code = Path(status).read_text().strip()
+        if code != "0":
+            pytest.fail(f"the docs build failed (exit {code}): CI prints its log after pytest")
+    site = Path(given)
+    assert (site / "index.html").is_file(), f"NT_SITE_DIR={given} holds no built site"
+    return site
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that read the built site go last, keeping their files' order: under
+    CI the build is then done, or nearly, when they start."""
+    needs_site = [
+        item for item in items
+        if SITE_FIXTURES & set(getattr(item, "fixturenames", ()))
+    ]  # fmt: skip
+    chosen = set(needs_site)
+    items[:] = [item for item in items if item not in chosen] + needs_site
+
+
 @pytest.fixture(scope="session")
 def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    given = os.environ.get("NT_SITE_DIR")
-    if given:
-        site = Path(given)
-        assert (site / "index.html").is_file(), (
-            f"NT_SITE_DIR={given} holds no built site"
-        )
+    site = built_site()
+    if site is not None:
         return site
     site = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import live_models_script
+from conftest import built_site, live_models_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -184,9 +183,9 @@ TEXTS = {
 @pytest.fixture(scope="module")
 def live_models(tmp_path_factory) -> Path:
     """The site's exported models: those the build served, or fresh ones."""
-    site = os.environ.get("NT_SITE_DIR")
-    if site and (Path(site) / "assets" / "live" / "models").is_dir():
-        return Path(site) / "assets" / "live" / "models"
+    site = built_site()
+    if site is not None and (site / "assets" / "live" / "models").is_dir():
+        return site / "assets" / "live" / "models"
     folder = tmp_path_factory.mktemp("live")
     LIVE.export_all(folder)
     return folder
