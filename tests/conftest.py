@@ -102,7 +102,9 @@ def built_site() -> Path | None:
             waited += 1.0
         code = Path(status).read_text().strip()
         if code != "0":
-            pytest.fail(f"the docs build failed (exit {code}): CI prints its log after pytest")
+            pytest.fail(
+                f"the docs build failed (exit {code}): CI prints its log after pytest"
+            )
     site = Path(given)
     assert (site / "index.html").is_file(), f"NT_SITE_DIR={given} holds no built site"
     return site
