@@ -4,8 +4,9 @@ The notebooks are the ones the site build wrote (docs/hooks/notebooks.py) from t
 pages themselves, into the site CI built (``NT_SITE_DIR``; without it the
 ``site_dir`` fixture builds one). What the build itself proves: it executes every
 page's blocks (markdown-exec) and ``mkdocs build --strict`` fails on a block that
-raises (markdown-exec logs a warning), so each page's code runs, in page order, in the
-build's one process, from the repository's root. What the tests here prove beyond it,
+raises (markdown-exec logs a warning: tests/test_docs_coverage.py proves it), so each
+page's code runs, in page order, in the build's one process, from the repository's
+root. What the tests here prove beyond it,
 each test saying which part:
 
 - the notebook's code cells are exactly the page's executed blocks, in page order,
