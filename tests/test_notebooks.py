@@ -229,6 +229,7 @@ def test_the_notebook_runs_and_prints_what_the_page_shows(page, site_dir, runner
     runner.stdin.flush()
     while (line := runner.stdout.readline()) != f"done {result}\n":
         assert line, "the notebook runner stopped"
+    assert result.is_file(), f"{page}: the process that ran its notebook died"
     answer = json.loads(result.read_text())
     assert answer["error"] is None, f"{page}: {answer['error']}"
     shown = [normalised(stdout(cells[i])) for i in ours]  # the page's cells
