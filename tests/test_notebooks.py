@@ -29,11 +29,11 @@ each test saying which part:
   and the page's cells run there and print what the page shows.
 
 Not proven any more: that the ``BUILD_ONLY`` pages (Tracr's compiler, an ONNX
-export, SmolLM2 loaded, a model trained: 11-20 s of CPU each to run again) print
-the same when run alone from an empty folder; their code runs only in the build,
-which proves it runs and what it prints there, with sessions of their own and the
-repository files they name carried. Nor that every notebook runs inside Jupyter, not
-only as its cells in a fresh process: the one ``IN_JUPYTER`` stands for the path
+export, SmolLM2 loaded, a model trained, Inductor: 11-35 s of CPU each to run again)
+print the same when run alone from an empty folder; their code runs only in the
+build, which proves it runs and what it prints there, with sessions of their own and
+the repository files they name carried. Nor that every notebook runs inside Jupyter,
+not only as its cells in a fresh process: the one ``IN_JUPYTER`` stands for the path
 through the kernel, which the generator builds the same way for every page.
 Figures aside: the pages draw none inline.
 """
@@ -72,14 +72,16 @@ PAGES = sorted(
     for path in DOCS.rglob("*.md")
     if has_notebook(path.relative_to(DOCS).as_posix(), path.read_text())
 )
-#: pages whose code alone costs over 10 s of CPU to run again (forked as below; the
-#: others 0-9 s, most under 1 s): it runs in the build only
+#: pages whose code alone costs over 10 s of CPU to run again (forked as below, its
+#: subprocesses counted; the others under 7 s, most under 1 s): it runs in the build
+#: only
 BUILD_ONLY = {
     "learn/rasp.md": "compiles programs with Tracr, which imports JAX",
     "learn/try-it.md": "exports a model to ONNX and runs it with onnxruntime",
     "models/induction-heads.md": "trains a two-layer model for 2,000 steps",
     "models/look-inside.md": "loads SmolLM2 and MiniLM",
     "models/modern-lm.md": "loads SmolLM2",
+    "workflows/decoding.md": "compiles a decoder with torch.compile (Inductor)",
     "workflows/your-own-gpt.md": "trains a small GPT three times (library, yours...)",
 }
 #: a light page whose notebook has a files cell: its .ipynb runs in Jupyter itself
