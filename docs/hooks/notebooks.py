@@ -6,7 +6,7 @@ each executed block (```python exec="true" ...```) a code cell, in page order, a
 first cell with the install line. The text each block printed on the page (what
 markdown-exec captured while building it) is stored as that cell's output, so the
 notebook opens showing what the page shows, and the test suite
-(tests/test_notebooks.py) runs every notebook in a fresh kernel and compares. The
+(tests/test_notebooks.py) runs the notebooks' code in fresh processes and compares. The
 notebook is served beside the page (``learn/notation.md`` -> ``learn/notation.ipynb``)
 and the page links it under its title: "Run this page as a notebook".
 
