@@ -39,11 +39,12 @@ def ours() -> nt.ChatModel:
 @contextlib.contextmanager
 def _gguf_parsed_once():
     """transformers parses the GGUF file three times (for the configuration, the
-    weights and the tokenizer; each parse reads its 49,152 token strings) and builds gguf's tensor-name table once per module of the model (397
-    times). Both are pure functions of their arguments and gguf's reader only reads
-    (a memory map), so while the reference loads each is computed once per argument.
-    What transformers computes is unchanged; our loader (``ours``) keeps its own
-    parse, so the reference stays independent of it."""
+    weights and the tokenizer; each parse reads its 49,152 token strings) and builds
+    gguf's tensor-name table once per module of the model (397 times). Both are pure
+    functions of their arguments and gguf's reader only reads (a memory map), so
+    while the reference loads each is computed once per argument. What transformers
+    computes is unchanged; our loader (``ours``) keeps its own parse, so the
+    reference stays independent of it."""
     import gguf
 
     with pytest.MonkeyPatch.context() as patch:
