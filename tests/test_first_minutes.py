@@ -494,24 +494,29 @@ def test_importing_the_package_imports_neither_jax_nor_transformers_nor_matplotl
     assert done.stdout.split() == ["[]", "2.0"], done.stdout + done.stderr
 
 
-def test_train_induction_checks_its_paths_and_options_before_training(tmp_path):
+def test_train_induction_checks_its_paths_and_options_before_training(
+    tmp_path, capsys, monkeypatch
+):
     """The induction recipe refuses a file as its folder, and the options it does not
-    take, in one line each, before any step."""
+    take, in one line each, before any step. The file as its folder is refused by a
+    ``python -m named_transformer`` process; the two options by ``main`` in this
+    process (the same checks, without importing torch twice more)."""
     a_file = tmp_path / "a-file"
     a_file.write_text("")
-    cases = (
-        (["--out", str(a_file)], "is a file, not a folder"),
-        (["--resume"], "takes no --resume"),
-        (["--max-seconds", "5"], "takes no --max-seconds"),
-    )
-    for extra, said in cases:
-        argv = ["train", "induction", "--steps", "2", "--no-figure", *extra]
-        done = subprocess.run([sys.executable, "-m", "named_transformer", *argv],
-                              capture_output=True, text=True, timeout=300,
-                              cwd=tmp_path)  # fmt: skip
-        assert done.returncode == 2, done.stderr
-        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1
-        assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
+    argv = ["train", "induction", "--steps", "2", "--no-figure"]
+    done = subprocess.run([sys.executable, "-m", "named_transformer", *argv,
+                           "--out", str(a_file)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert "is a file, not a folder" in done.stderr and len(lines) == 1
+    monkeypatch.chdir(tmp_path)  # the default --out, runs/induction, lies here
+    refused = [(["--resume"], "takes no --resume"),
+               (["--max-seconds", "5"], "takes no --max-seconds")]  # fmt: skip
+    for extra, said in refused:
+        assert cli.main([*argv, *extra]) == 2
+        assert said in _one_error_line(capsys)
+    assert not (tmp_path / "runs").exists()  # nothing trained, nothing written
 
 
 def _commands(parser, words=()) -> list[tuple[str, ...]]:

@@ -92,7 +92,7 @@ def full_verdict(fn, *args) -> bool:
     return True
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.tuples(annotation(), st.booleans(), tensor()), min_size=4, max_size=4)
 )
@@ -115,7 +115,7 @@ def test_the_quick_verdict_is_jaxtypings(drawn):
         assert expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(annotation(), tensor()), min_size=3, max_size=3))
 def test_the_quick_verdict_on_arguments_alone(drawn):
     """With no return annotation the verdict is the arguments' alone."""
@@ -131,7 +131,7 @@ def test_the_quick_verdict_on_arguments_alone(drawn):
     assert accepted == full_verdict(f, *args)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(st.tuples(annotation(), st.booleans()), min_size=4, max_size=4),
     st.lists(st.lists(tensor(), min_size=4, max_size=4), min_size=1, max_size=5),

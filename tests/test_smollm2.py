@@ -3,6 +3,9 @@ transformers' LlamaForCausalLM and tokenizer loaded from the same GGUF file."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import pytest
 import torch
 
@@ -33,16 +36,46 @@ def ours() -> nt.ChatModel:
     return nt.load_smollm2()
 
 
-@pytest.fixture(scope="module")
-def theirs():
-    return transformers.LlamaForCausalLM.from_pretrained(
-        PATH.parent, gguf_file=PATH.name, dtype=torch.float32
-    ).eval()
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """transformers parses the GGUF file three times (for the configuration, the
+    weights and the tokenizer; each parse reads its 49,152 token strings) and builds
+    gguf's tensor-name table once per module of the model (397 times). Both are pure
+    functions of their arguments and gguf's reader only reads (a memory map), so
+    while the reference loads each is computed once per argument. What transformers
+    computes is unchanged; our loader (``ours``) keeps its own parse, so the
+    reference stays independent of it."""
+    import gguf
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", functools.cache(gguf.GGUFReader))
+        patch.setattr(
+            gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map)
+        )
+        yield
 
 
 @pytest.fixture(scope="module")
-def their_tokenizer():
-    return transformers.AutoTokenizer.from_pretrained(PATH.parent, gguf_file=PATH.name)
+def reference():
+    """transformers' LlamaForCausalLM and tokenizer, both loaded from the file."""
+    with _gguf_parsed_once():
+        model = transformers.LlamaForCausalLM.from_pretrained(
+            PATH.parent, gguf_file=PATH.name, dtype=torch.float32
+        ).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            PATH.parent, gguf_file=PATH.name
+        )
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def theirs(reference):
+    return reference[0]
+
+
+@pytest.fixture(scope="module")
+def their_tokenizer(reference):
+    return reference[1]
 
 
 def test_the_file_is_the_llama_block_the_page_describes(ours):
