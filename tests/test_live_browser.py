@@ -16,8 +16,12 @@ request may leave the loopback server, and the widget may not make the page scro
 sideways at 390, 1280 or 1600 px. A model trained on a range of lengths (the sidecar's
 ``trained_lengths``) warns, in the command line's words, about a length outside it; the
 caption follows the reader's input; empty, very long and non-ASCII input is read
-without an error at 390 and 1280 px. Screenshots of each state go to ``NT_SCREENSHOTS``
-(default: a pytest temporary directory); their paths are printed.
+without an error at 390 and 1280 px. With ``NT_SCREENSHOTS`` set, a screenshot of each
+state goes to that folder (their paths are printed); without it none is taken.
+
+Each page with widgets is loaded once per window width for the whole module (fixture
+``widgets``): a widget's tests drive it in turn on the page the earlier ones left,
+each test setting the input it needs.
 
 Site, server and Chromium: the fixtures of tests/conftest.py (``NT_SITE_DIR`` or a build
 per session).
@@ -36,6 +40,7 @@ import os
 import random
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +76,14 @@ def sidecar(site: Path, name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shots() -> Path | None:
+    """Where the screenshots go: ``NT_SCREENSHOTS``, or nowhere. They are for a person
+    to look at and nothing asserts on them; at nearly a second each, the 170 states
+    cost CI more than two minutes when taken by default."""
     folder = os.environ.get("NT_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("live-screenshots")
+    if not folder:
+        return None
+    path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -98,6 +108,7 @@ class Widget:
         self.page, self.name = page, name
         self.external, self.errors = external, errors
         self.root = page.locator(f'.nt-live[data-model="{name}"]').first
+        self.first_text = ""  # what the widget read when the page loaded
 
     def wait_ready(self) -> None:
         self.root.scroll_into_view_if_needed()
@@ -126,15 +137,19 @@ class Widget:
         )
 
     def weights(self) -> dict[str, np.ndarray]:
-        """Every attention map on the page, as float32 arrays (sent as base64)."""
+        """Every attention map on the page, as float32 arrays (sent as base64, which
+        the browser's FileReader writes: MiniLM's 256-token maps are 19 MB)."""
         sent = self.root.evaluate(
-            """e => { const out = {};
+            """async (e) => { const out = {};
                 for (const [name, w] of Object.entries(e.ntLive.weights)) {
-                  const bytes = new Uint8Array(Float32Array.from(w.data).buffer);
-                  let text = "";
-                  for (let i = 0; i < bytes.length; i += 0x8000)
-                    text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-                  out[name] = {dims: w.dims, data: btoa(text)};
+                  const blob = new Blob([Float32Array.from(w.data)]);
+                  const url = await new Promise((done, fail) => {
+                    const reader = new FileReader();
+                    reader.onload = () => done(reader.result);
+                    reader.onerror = () => fail(reader.error);
+                    reader.readAsDataURL(blob);
+                  });
+                  out[name] = {dims: w.dims, data: url.slice(url.indexOf(",") + 1)};
                 }
                 return out; }"""
         )
@@ -147,10 +162,14 @@ class Widget:
 
     def type(self, text: str) -> dict[str, Any]:
         """Put ``text`` in the box (an input event, as typing makes) and wait for the
-        widget to recompute."""
+        widget to recompute; when the box holds ``text`` and the widget has read it
+        (an earlier test left it so), what it computed then."""
         before = int(self.root.get_attribute("data-runs") or 0)
         box = self.root.locator("input.nt-live__input")
         if box.input_value() == text:
+            live = self.live()
+            if live["text"] == text:
+                return live
             box.fill(text + " ")  # the same text fires no event: change it twice
             self._wait(before)
             before += 1
@@ -172,40 +191,76 @@ class Widget:
             timeout=RUN_MS,
         )
 
-    def shot(self, folder: Path, state: str, width: int) -> Path:
+    def shot(self, folder: Path | None, state: str, width: int) -> Path | None:
+        if folder is None:  # NT_SCREENSHOTS unset
+            return None
         path = folder / f"{self.name}-{state}-{width}.png"
-        # Material's header and back-to-top button float over the page: hidden here
-        self.page.add_style_tag(content=".md-header, .md-top { visibility: hidden; }")
         self.root.screenshot(path=str(path))
         print(f"screenshot: {path}")
         return path
 
 
-def open_widget(context, server: str, pages: dict[str, str], name: str, text=None):
-    """The page with ``name``'s widget (the home page with one added when no page has
-    it yet), loaded and computed once."""
-    external: list[str] = []
-    errors: list[str] = []
-    page = open_page(context, external, errors)
-    # a generous limit: two shared cores may be busy with a docs build
-    page.goto(server + pages.get(name, ""), wait_until="load", timeout=LOAD_MS)
-    if name not in pages:
-        page.evaluate(
-            """([name, text]) => {
-                 const div = document.createElement("div");
-                 div.className = "nt-live";
-                 div.dataset.model = name;
-                 if (text !== null) div.dataset.text = text;
-                 document.querySelector("article").prepend(div);
-                 const url = new URL("/javascripts/live/widget.js", location.href);
-                 return import(url.href)
-                   .then((m) => { m.mount(div); });
-               }""",
-            [name, text],
-        )
-    widget = Widget(page, name, external, errors)
-    widget.wait_ready()
-    return widget
+class Widgets:
+    """The module's open pages, one per window width and URL, each loaded once: every
+    test of a widget drives it on the page the earlier tests left open. The try-it page
+    shows seven widgets, MiniLM's 90 MB graph among them, so a page per test (as
+    before) loaded all seven some forty times. A page's console errors and requests off
+    the loopback are kept for the whole module: each test asserts there were none."""
+
+    def __init__(self, contexts, server: str, pages: dict[str, str]):
+        self.contexts, self.server, self.pages = contexts, server, pages
+        self.open: dict[tuple[int, str], tuple[Any, list[str], list[str]]] = {}
+        self.ready: dict[tuple[int, str], Widget] = {}
+
+    def _page(self, width: int, url: str):
+        if (width, url) not in self.open:
+            external: list[str] = []
+            errors: list[str] = []
+            page = open_page(self.contexts[width], external, errors)
+            # a generous limit: two shared cores may be busy with a docs build
+            page.goto(self.server + url, wait_until="load", timeout=LOAD_MS)
+            # Material's header and back-to-top button float over the widget's shots
+            page.add_style_tag(content=".md-header, .md-top { visibility: hidden; }")
+            self.open[width, url] = (page, external, errors)
+        return self.open[width, url]
+
+    def get(self, width: int, name: str, text: str | None = None) -> Widget:
+        """``name``'s widget at ``width`` px (on the home page, added, when no page
+        shows it yet), computed at least once, its causal box unticked (as every
+        page's markup leaves it) and, given ``text``, reading it."""
+        if (width, name) not in self.ready:
+            page, external, errors = self._page(width, self.pages.get(name, ""))
+            if name not in self.pages:
+                page.evaluate(
+                    """([name, text]) => {
+                         const div = document.createElement("div");
+                         div.className = "nt-live";
+                         div.dataset.model = name;
+                         if (text !== null) div.dataset.text = text;
+                         document.querySelector("article").prepend(div);
+                         const url = new URL("/javascripts/live/widget.js",
+                                             location.href);
+                         return import(url.href)
+                           .then((m) => { m.mount(div); });
+                       }""",
+                    [name, text],
+                )
+            widget = Widget(page, name, external, errors)
+            widget.wait_ready()
+            widget.first_text = widget.live()["text"]
+            self.ready[width, name] = widget
+        widget = self.ready[width, name]
+        widget.root.scroll_into_view_if_needed()
+        causal = widget.root.locator("input[name=causal]")
+        if causal.count() and causal.is_checked():
+            widget.toggle_causal()
+        if text is not None and widget.live()["text"] != text:
+            widget.type(text)
+        return widget
+
+    def close(self) -> None:
+        for page, _, _ in self.open.values():
+            page.close()
 
 
 # --- what Python says ---------------------------------------------------------------
@@ -390,9 +445,10 @@ def expect_problem(live: dict, state: str, text: str, spec: dict) -> None:
 
 @pytest.fixture(scope="module")
 def contexts(browser):
-    """Desktop and phone contexts; downloads allowed (the save buttons)."""
+    """Desktop (1280 px) and phone (390 px) contexts; downloads allowed (the save
+    buttons). 1600 px is the desktop page, resized."""
     made = {}
-    for width, height in WIDTHS:
+    for width, height in WIDTHS[:2]:
         phone = width < 500
         made[width] = browser.new_context(
             service_workers="block", viewport={"width": width, "height": height},
@@ -403,41 +459,46 @@ def contexts(browser):
         context.close()
 
 
+@pytest.fixture(scope="module")
+def widgets(contexts, server, widget_pages) -> Iterator[Widgets]:
+    """Each page with widgets, loaded once per window width for the whole module."""
+    shared = Widgets(contexts, server, widget_pages)
+    yield shared
+    shared.close()
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_widget_agrees_with_python(name, server, site_dir, widget_pages, contexts,
-                                   shots) -> None:  # fmt: skip
+def test_widget_agrees_with_python(name, site_dir, widgets, shots) -> None:
     spec = sidecar(site_dir, name)
     texts = inputs_for(spec)
-    widget = open_widget(contexts[1280], server, widget_pages, name, texts["example"])
+    widget = widgets.get(1280, name, texts["example"])
     report = []
-    try:
-        for state, text in texts.items():
-            live = widget.type(text)
-            problem = live["message"] != ""
-            if state in ("invalid",) or (problem and state == "non-ascii"):
-                expect_problem(live, state, text, spec)
-                report.append(f"{state}: message {live['message']!r}")
+    for state, text in texts.items():
+        live = widget.type(text)
+        problem = live["message"] != ""
+        if state in ("invalid",) or (problem and state == "non-ascii"):
+            expect_problem(live, state, text, spec)
+            report.append(f"{state}: message {live['message']!r}")
+        else:
+            worst = compare(widget, live, name, spec, text)
+            longest = len(live["ids"].get("source", live["ids"].get("tokens", [])))
+            report.append(f"{state}: {longest} ids, max |Δweight| {worst:.1e}, "
+                          f"{live['computeMs']:.0f} ms")  # fmt: skip
+            if state == "beyond":
+                assert live["note"] and str(spec["max_length"]) in live["note"]
             else:
-                worst = compare(widget, live, name, spec, text)
-                longest = len(live["ids"].get("source", live["ids"].get("tokens", [])))
-                report.append(f"{state}: {longest} ids, max |Δweight| {worst:.1e}, "
-                              f"{live['computeMs']:.0f} ms")  # fmt: skip
-                if state == "beyond":
-                    assert live["note"] and str(spec["max_length"]) in live["note"]
-                else:
-                    assert live["note"] == "", live["note"]
-            widget.shot(shots, state, 1280)
-        if spec.get("causal"):
-            widget.type(texts["example"])
-            live = widget.toggle_causal()
-            worst = compare(widget, live, name, spec, texts["example"], causal=True)
-            for weights in widget.weights().values():
-                upper = np.triu(np.ones(weights.shape[-2:], bool), k=1)
-                assert np.all(weights[..., upper] == 0), "causal maps see the future"
-            report.append(f"causal: max |Δweight| {worst:.1e}")
-            widget.shot(shots, "causal", 1280)
-    finally:
-        widget.page.close()
+                assert live["note"] == "", live["note"]
+        widget.shot(shots, state, 1280)
+    if spec.get("causal"):
+        widget.type(texts["example"])
+        live = widget.toggle_causal()
+        worst = compare(widget, live, name, spec, texts["example"], causal=True)
+        for weights in widget.weights().values():
+            upper = np.triu(np.ones(weights.shape[-2:], bool), k=1)
+            assert np.all(weights[..., upper] == 0), "causal maps see the future"
+        report.append(f"causal: max |Δweight| {worst:.1e}")
+        widget.shot(shots, "causal", 1280)
+        widget.toggle_causal()  # back as the page's markup left it
     print(f"{name}: " + "; ".join(report))
     assert not widget.external, f"requests left the site: {widget.external}"
     assert not widget.errors, f"console errors: {widget.errors}"
@@ -455,15 +516,28 @@ FITS_JS = """(e) => {
 }"""
 
 
+def resize(page, width: int, height: int) -> None:
+    """Resize the window and wait until the page has laid itself out and drawn a frame
+    at the new size (the widget redraws from a ResizeObserver, which runs before it)."""
+    page.set_viewport_size({"width": width, "height": height})
+    page.wait_for_function(f"window.innerWidth === {width}", timeout=RUN_MS)
+    page.evaluate(
+        "() => new Promise((done) => requestAnimationFrame("
+        "() => requestAnimationFrame(done)))"
+    )
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_widget_fits_and_reads_a_cell(name, server, site_dir, widget_pages, contexts,
-                                      shots) -> None:  # fmt: skip
-    """No horizontal overflow at 390, 1280 and 1600 px; hovering (desktop) or tapping
+def test_widget_fits_and_reads_a_cell(name, site_dir, widgets, shots) -> None:
+    """No horizontal overflow at 390, 1280 and 1600 px (the 1280 px page resized, as a
+    reader widens the window: the widget redraws); hovering (desktop) or tapping
     (phone) a cell reads its weight and tokens."""
     spec = sidecar(site_dir, name)
     text = inputs_for(spec)["example"]
-    for width, _ in WIDTHS:
-        widget = open_widget(contexts[width], server, widget_pages, name, text)
+    for width, height in WIDTHS:
+        widget = widgets.get(min(width, 1280), name, text)
+        if width > 1280:
+            resize(widget.page, width, height)
         try:
             message = widget.live()["message"]
             assert message == "", f"{name}: the example {text!r} gives {message!r}"
@@ -474,14 +548,17 @@ def test_widget_fits_and_reads_a_cell(name, server, site_dir, widget_pages, cont
             grid = json.loads(canvas.get_attribute("data-grid"))
             x = grid["x"] + grid["cell"] * (grid["cols"] // 2 + 0.5)
             spot = {"x": x, "y": grid["y"] + grid["cell"] * (grid["rows"] // 2 + 0.5)}
+            readout = widget.root.locator(".nt-live__readout")
+            readout.evaluate("r => { r.textContent = ''; }")  # what this hover says
             if width < 500:
                 canvas.tap(position=spot)
             else:
                 canvas.hover(position=spot)
-            readout = widget.root.locator(".nt-live__readout").inner_text()
+            said = readout.inner_text()
             widget.shot(shots, "example", width)
         finally:
-            widget.page.close()
+            if width > 1280:
+                resize(widget.page, *WIDTHS[1])
         assert fit["page"] <= fit["client"] + 1, f"{name} at {width} px: page {fit}"
         assert fit["widget"] <= fit["widgetClient"] + 1, f"{name} at {width} px: {fit}"
         assert fit["left"] >= fit["articleLeft"] - 1, f"{name} at {width} px: {fit}"
@@ -489,27 +566,24 @@ def test_widget_fits_and_reads_a_cell(name, server, site_dir, widget_pages, cont
         assert re.search(
             r"query “.*” \(seq_q \d+\) → key “.*” \(seq \d+\): weight "
             r"[01]\.\d{4}",
-            readout,
-        ), f"{name} at {width} px: {readout!r}"
+            said,
+        ), f"{name} at {width} px: {said!r}"
         assert not widget.external, f"requests left the site: {widget.external}"
         assert not widget.errors, f"console errors: {widget.errors}"
 
 
-def test_save_buttons_write_png_and_svg(server, site_dir, widget_pages, contexts):
+def test_save_buttons_write_png_and_svg(site_dir, widgets):
     name = "dates"
     spec = sidecar(site_dir, name)
-    widget = open_widget(contexts[1280], server, widget_pages, name, spec["example"])
-    try:
-        saved = {}
-        for kind in ("PNG", "SVG"):
-            with widget.page.expect_download() as download:
-                widget.root.get_by_role("button", name=f"Save as {kind}").click()
-            saved[kind] = (download.value.suggested_filename,
-                           Path(download.value.path()).read_bytes())  # fmt: skip
-        canvas = widget.root.locator("canvas").first
-        grid = json.loads(canvas.get_attribute("data-grid"))
-    finally:
-        widget.page.close()
+    widget = widgets.get(1280, name, spec["example"])
+    saved = {}
+    for kind in ("PNG", "SVG"):
+        with widget.page.expect_download() as download:
+            widget.root.get_by_role("button", name=f"Save as {kind}").click()
+        saved[kind] = (download.value.suggested_filename,
+                       Path(download.value.path()).read_bytes())  # fmt: skip
+    canvas = widget.root.locator("canvas").first
+    grid = json.loads(canvas.get_attribute("data-grid"))
     assert saved["PNG"][0].endswith(".png") and saved["PNG"][1][:4] == b"\x89PNG"
     svg = ET.fromstring(saved["SVG"][1])
     cells = svg.findall(
@@ -603,56 +677,53 @@ def caption(widget: Widget) -> str:
 
 
 @pytest.mark.parametrize("name", RANGED)
-def test_widget_warns_outside_the_trained_lengths(name, server, site_dir, widget_pages,
-                                                  contexts, shots) -> None:  # fmt: skip
+def test_widget_warns_outside_the_trained_lengths(name, site_dir, widgets,
+                                                  shots) -> None:  # fmt: skip
     """Shorter or longer than training: the command line's warning, the maps still
     drawn and right; within the range: no note. The caption shows the input read and
     the model's answer, never the sidecar's training example."""
     spec = sidecar(site_dir, name)
     low, high = spec["trained_lengths"]["min"], spec["trained_lengths"]["max"]
     digits = "".join(str((3 * i + 1) % 10) for i in range(high + 5))
-    widget = open_widget(contexts[1280], server, widget_pages, name, spec["example"])
+    widget = widgets.get(1280, name, spec["example"])
     report = []
-    try:
-        for n in (low - 5, 1, low, high, high + 5):
-            text = digits[:n]
-            live = widget.type(text)
-            compare(widget, live, name, spec, text)  # the maps and the answer
-            shown = message_shown(widget)
-            if low <= n <= high:
-                assert live["note"] == "" and not live["warning"], live["note"]
-                assert not shown["shown"], shown
-            elif n < low:
-                assert live["warning"] and shown["warning"] and shown["shown"], shown
-                assert shown["text"] == live["note"]
-                if n > 1:  # the CLI says "1 tokens"; the widget "1 token"
-                    cli = cli_warning(name, text)
-                    assert cli.startswith("warning: "), cli
-                    assert live["note"] == f"W{cli[1:]}.", (live["note"], cli)
-                assert live["note"] == (
-                    f"Warning: the input has {n} token{'s' if n > 1 else ''} but the "
-                    f"model was trained on {low} to {high}; expect mistakes outside "
-                    "that range."
-                ), live["note"]
-            else:
-                # cut to the longest seen in training, which the warning says
-                assert cli_warning(name, text).startswith(
-                    f"warning: the input has {n} tokens but the model was trained on "
-                    f"{low} to {high}"
-                )
-                most = spec["max_length"]
-                assert live["note"] == (
-                    f"Warning: the input has {n} tokens but the model was trained on "
-                    f"{low} to {high}; only the first {most} are used."
-                ), live["note"]
-                assert live["warning"] and shown["warning"] and shown["shown"], shown
-                text = text[:most]
-            assert caption(widget) == f"{name}: “{text}” → “{live['output']}”"
-            assert spec["example"] not in caption(widget) or spec["example"] in text
-            report.append(f"{n} digits: {live['note'] or 'no note'}")
-            widget.shot(shots, f"length-{n}", 1280)
-    finally:
-        widget.page.close()
+    for n in (low - 5, 1, low, high, high + 5):
+        text = digits[:n]
+        live = widget.type(text)
+        compare(widget, live, name, spec, text)  # the maps and the answer
+        shown = message_shown(widget)
+        if low <= n <= high:
+            assert live["note"] == "" and not live["warning"], live["note"]
+            assert not shown["shown"], shown
+        elif n < low:
+            assert live["warning"] and shown["warning"] and shown["shown"], shown
+            assert shown["text"] == live["note"]
+            if n > 1:  # the CLI says "1 tokens"; the widget "1 token"
+                cli = cli_warning(name, text)
+                assert cli.startswith("warning: "), cli
+                assert live["note"] == f"W{cli[1:]}.", (live["note"], cli)
+            assert live["note"] == (
+                f"Warning: the input has {n} token{'s' if n > 1 else ''} but the "
+                f"model was trained on {low} to {high}; expect mistakes outside "
+                "that range."
+            ), live["note"]
+        else:
+            # cut to the longest seen in training, which the warning says
+            assert cli_warning(name, text).startswith(
+                f"warning: the input has {n} tokens but the model was trained on "
+                f"{low} to {high}"
+            )
+            most = spec["max_length"]
+            assert live["note"] == (
+                f"Warning: the input has {n} tokens but the model was trained on "
+                f"{low} to {high}; only the first {most} are used."
+            ), live["note"]
+            assert live["warning"] and shown["warning"] and shown["shown"], shown
+            text = text[:most]
+        assert caption(widget) == f"{name}: “{text}” → “{live['output']}”"
+        assert spec["example"] not in caption(widget) or spec["example"] in text
+        report.append(f"{n} digits: {live['note'] or 'no note'}")
+        widget.shot(shots, f"length-{n}", 1280)
     print(f"{name}: " + "; ".join(report))
     assert not widget.external, f"requests left the site: {widget.external}"
     assert not widget.errors, f"console errors: {widget.errors}"
@@ -697,8 +768,7 @@ def readable(sentence: str) -> bool:
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_widget_reads_odd_input(name, server, site_dir, widget_pages, contexts,
-                                shots) -> None:  # fmt: skip
+def test_widget_reads_odd_input(name, site_dir, widgets, shots) -> None:
     """Empty, blank, very long (500+ characters) and non-ASCII input at 1280 and 390 px:
     no console error or uncaught exception, no sideways scrolling, a readable sentence
     where the input cannot be used (and no maps), the maps drawn where it can (right,
@@ -707,67 +777,64 @@ def test_widget_reads_odd_input(name, server, site_dir, widget_pages, contexts,
     follows = spec.get("output") in ("tokens", "label")
     report = []
     for width in (1280, 390):
-        widget = open_widget(contexts[width], server, widget_pages, name)
-        try:
-            for state, text in odd_inputs(spec).items():
-                live = widget.type(text)
-                shown = message_shown(widget)
-                fit = widget.root.evaluate(FITS_JS)
-                where = f"{name} at {width} px, {state}"
-                assert fit["page"] <= fit["client"] + 1, f"{where}: page {fit}"
-                assert fit["widget"] <= fit["widgetClient"] + 1, f"{where}: {fit}"
-                assert fit["right"] <= fit["articleRight"] + 1, f"{where}: {fit}"
-                assert live["state"] == "ready", f"{where}: {live['message']}"
-                chips = widget.root.locator(".nt-live__tokens .nt-live__token").count()
-                if live["message"]:  # the input cannot be used
-                    assert readable(live["message"]), f"{where}: {live['message']!r}"
-                    assert shown["shown"] and shown["problem"], f"{where}: {shown}"
-                    assert shown["text"] == live["message"]
-                    assert live["ids"] == {} and not fit["canvas"] and chips == 0, where
-                    if follows:
-                        assert caption(widget) == spec["name"], where
-                    if state in ("empty", "spaces"):
-                        assert live["message"].startswith("Type"), live["message"]
-                    report.append(f"{width} {state}: {live['message']}")
+        widget = widgets.get(width, name)
+        for state, text in odd_inputs(spec).items():
+            live = widget.type(text)
+            shown = message_shown(widget)
+            fit = widget.root.evaluate(FITS_JS)
+            where = f"{name} at {width} px, {state}"
+            assert fit["page"] <= fit["client"] + 1, f"{where}: page {fit}"
+            assert fit["widget"] <= fit["widgetClient"] + 1, f"{where}: {fit}"
+            assert fit["right"] <= fit["articleRight"] + 1, f"{where}: {fit}"
+            assert live["state"] == "ready", f"{where}: {live['message']}"
+            chips = widget.root.locator(".nt-live__tokens .nt-live__token").count()
+            if live["message"]:  # the input cannot be used
+                assert readable(live["message"]), f"{where}: {live['message']!r}"
+                assert shown["shown"] and shown["problem"], f"{where}: {shown}"
+                assert shown["text"] == live["message"]
+                assert live["ids"] == {} and not fit["canvas"] and chips == 0, where
+                if follows:
+                    assert caption(widget) == spec["name"], where
+                if state in ("empty", "spaces"):
+                    assert live["message"].startswith("Type"), live["message"]
+                report.append(f"{width} {state}: {live['message']}")
+            else:
+                assert state not in ("empty", "spaces"), f"{where}: no message"
+                if state == "long":
+                    assert spec.get("max_length"), where
+                if width == 1280:
+                    compare(widget, live, name, spec, text)
+                for entry in spec["attention"]:  # every map has its tokens
+                    queries = live["queries"][entry["output"]]
+                    assert queries and live["keys"][entry["output"]], where
+                assert fit["canvas"], f"{where}: no map drawn"
+                grid = json.loads(
+                    widget.root.locator("canvas").first.get_attribute("data-grid")
+                )
+                assert grid["rows"] >= 1 and grid["cols"] >= 1 and grid["cell"] > 0
+                used = chips
+                if live["note"]:
+                    most = spec["max_length"]
+                    assert readable(live["note"]), f"{where}: {live['note']!r}"
+                    assert shown["shown"] and shown["text"] == live["note"], where
+                    assert f"only the first {most} are used" in live["note"], where
+                    assert used == most, f"{where}: {used} tokens shown"
                 else:
-                    assert state not in ("empty", "spaces"), f"{where}: no message"
-                    if state == "long":
-                        assert spec.get("max_length"), where
-                    if width == 1280:
-                        compare(widget, live, name, spec, text)
-                    for entry in spec["attention"]:  # every map has its tokens
-                        queries = live["queries"][entry["output"]]
-                        assert queries and live["keys"][entry["output"]], where
-                    assert fit["canvas"], f"{where}: no map drawn"
-                    grid = json.loads(
-                        widget.root.locator("canvas").first.get_attribute("data-grid")
-                    )
-                    assert grid["rows"] >= 1 and grid["cols"] >= 1 and grid["cell"] > 0
-                    used = chips
-                    if live["note"]:
-                        most = spec["max_length"]
-                        assert readable(live["note"]), f"{where}: {live['note']!r}"
-                        assert shown["shown"] and shown["text"] == live["note"], where
-                        assert f"only the first {most} are used" in live["note"], where
-                        assert used == most, f"{where}: {used} tokens shown"
-                    else:
-                        assert state != "long", f"{where}: cut without a note"
-                        assert not shown["shown"], f"{where}: {shown}"
-                    if follows:  # input and output shown up to 48 characters
-                        shown_output = live["output"]
-                        if len(shown_output) > 48:
-                            shown_output = shown_output[:47] + "…"
-                        assert caption(widget).startswith(f"{spec['name']}: “"), where
-                        ending = f" → “{shown_output}”"
-                        assert caption(widget).endswith(ending), where
-                        assert len(caption(widget)) <= len(spec["name"]) + 2 * 48 + 9
-                    else:
-                        assert caption(widget) == spec["title"], where
-                    report.append(f"{width} {state}: {used} tokens, "
-                                  f"note {live['note']!r}")  # fmt: skip
-                widget.shot(shots, f"odd-{state.replace(' ', '-')}", width)
-        finally:
-            widget.page.close()
+                    assert state != "long", f"{where}: cut without a note"
+                    assert not shown["shown"], f"{where}: {shown}"
+                if follows:  # input and output shown up to 48 characters
+                    shown_output = live["output"]
+                    if len(shown_output) > 48:
+                        shown_output = shown_output[:47] + "…"
+                    assert caption(widget).startswith(f"{spec['name']}: “"), where
+                    ending = f" → “{shown_output}”"
+                    assert caption(widget).endswith(ending), where
+                    assert len(caption(widget)) <= len(spec["name"]) + 2 * 48 + 9
+                else:
+                    assert caption(widget) == spec["title"], where
+                report.append(f"{width} {state}: {used} tokens, "
+                              f"note {live['note']!r}")  # fmt: skip
+            widget.shot(shots, f"odd-{state.replace(' ', '-')}", width)
         assert not widget.external, f"requests left the site: {widget.external}"
         assert not widget.errors, f"{name} at {width} px: console: {widget.errors}"
     print(f"{name}: " + "; ".join(report))
@@ -796,7 +863,7 @@ def on_the_repeat(weights: np.ndarray, period: int) -> tuple[float, float]:
     return hits, float(weights[queries, targets].mean())
 
 
-def test_induction_widget_shows_the_circuit(server, site_dir, widget_pages, contexts,
+def test_induction_widget_shows_the_circuit(site_dir, widget_pages, widgets,
                                             shots) -> None:  # fmt: skip
     """The page "Watch a circuit form" shows the trained two-layer model. Its sidecar
     names the previous-token and induction heads that the library's scores pick in
@@ -822,23 +889,16 @@ def test_induction_widget_shows_the_circuit(server, site_dir, widget_pages, cont
     letters = [c for c in vocabulary if c.isalpha()]
     segment = "".join(random.Random(0).sample(letters, period))
     text = segment + segment
-    widget = open_widget(contexts[1280], server, widget_pages, name)
-    try:
-        assert widget.live()["text"] == spec["example"]  # the page's default input
-        live = widget.type(text)
-        worst = compare(widget, live, name, spec, text)
-        weights = widget.weights()
-        drawn = json.loads(
-            widget.root.locator("canvas").first.get_attribute("data-maps")
-        )
-        chips = widget.root.locator(".nt-live__output .nt-live__token")
-        hit = chips.evaluate_all(
-            "cs => cs.map(c => c.classList.contains('nt-live__hit'))"
-        )
-        note = widget.root.locator(".nt-live__caption").inner_text()
-        widget.shot(shots, "repeat", 1280)
-    finally:
-        widget.page.close()
+    widget = widgets.get(1280, name)
+    assert widget.first_text == spec["example"]  # the page's default input
+    live = widget.type(text)
+    worst = compare(widget, live, name, spec, text)
+    weights = widget.weights()
+    drawn = json.loads(widget.root.locator("canvas").first.get_attribute("data-maps"))
+    chips = widget.root.locator(".nt-live__output .nt-live__token")
+    hit = chips.evaluate_all("cs => cs.map(c => c.classList.contains('nt-live__hit'))")
+    note = widget.root.locator(".nt-live__caption").inner_text()
+    widget.shot(shots, "repeat", 1280)
     assert not widget.external, f"requests left the site: {widget.external}"
     assert not widget.errors, f"console errors: {widget.errors}"
 
