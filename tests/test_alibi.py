@@ -16,7 +16,6 @@ from jaxtyping import TypeCheckError
 import named_transformer as nt
 from named_transformer.core.alibi import alibi_bias, alibi_slopes
 from named_transformer.decoding import IncrementalDecoder, greedy
-from named_transformer.decoding.compiled import CompiledDecoder
 from named_transformer.models.alibi import ALiBi, LinearBiases
 from named_transformer.models.multihead import (
     Heads,
@@ -30,6 +29,7 @@ from named_transformer.models.variants import AttentionVariant
 from named_transformer.workflows.runner import build_model, make_spec
 from tests.test_decoding import VOCAB
 from tests.test_multihead import recorded
+from tests.test_rotary import compiled_equals_cached, prompt_and_source
 
 B, HEADS, SEQ_Q, SEQ, LAYER = 2, 3, 4, 6, 30  # key = 10
 
@@ -253,19 +253,6 @@ def model_with(kind: str, norm_first: bool, seed: int, layers: int = 2, **config
     return build_model(spec).double().eval()
 
 
-def prompt_and_source(kind: str):
-    """A prompt of three tokens; for an encoder-decoder, a source with padding."""
-    generator = torch.Generator().manual_seed(0)
-    start = torch.randint(4, VOCAB, (2, 3), generator=generator)
-    source = torch.randint(4, VOCAB, (2, 7), generator=generator)
-    args = (
-        (source, nt.key_padding_mask(torch.tensor([7, 4]), 7))
-        if kind == "encoder-decoder"
-        else ()
-    )
-    return start, args
-
-
 @pytest.mark.parametrize("kind", ["encoder-decoder", "decoder-only"])
 @pytest.mark.parametrize(
     "norm_first, config",
@@ -294,15 +281,10 @@ def test_compiled_decoding_equals_the_cache():
     the richest configuration above (encoder-decoder, one key/value head, a window
     of 3); the tests above prove every configuration's cache against recomputation, and
     tests/test_compiled_decoding.py compiles the decoder-only step."""
-    model = model_with("encoder-decoder", False, 12, kv_heads=1, window=3)
-    start, args = prompt_and_source("encoder-decoder")
-    cached = greedy(IncrementalDecoder(model, *args), start, 8)
-    torch._dynamo.reset()  # earlier compiles in this process count against the limit
-    compiled = greedy(
-        CompiledDecoder(model, *args, capacity=11, backend="eager"), start, 8
+    compiled_equals_cached(
+        model_with("encoder-decoder", False, 12, kv_heads=1, window=3),
+        "encoder-decoder",
     )
-    assert torch.equal(compiled.tokens, cached.tokens)
-    assert (compiled.log_probs - cached.log_probs).abs().max() <= 1e-10
 
 
 def test_a_model_with_alibi_compiles_with_fullgraph():

@@ -310,8 +310,14 @@ def test_compiled_decoding_equals_the_cache():
     the richest configuration above (decoder-only, one key/value head, a window of 3);
     the tests above prove every configuration's cache against recomputation, and
     tests/test_compiled_decoding.py compiles the encoder-decoder step."""
-    model = model_with("decoder-only", False, 11, kv_heads=1, window=3)
-    start, args = prompt_and_source("decoder-only")
+    compiled_equals_cached(
+        model_with("decoder-only", False, 11, kv_heads=1, window=3), "decoder-only"
+    )
+
+
+def compiled_equals_cached(model, kind: str):
+    """The compiled decoder's greedy tokens and log-probabilities are the cache's."""
+    start, args = prompt_and_source(kind)
     cached = greedy(IncrementalDecoder(model, *args), start, 8)
     torch._dynamo.reset()  # earlier compiles in this process count against the limit
     compiled = greedy(
