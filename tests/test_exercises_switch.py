@@ -35,12 +35,6 @@ def losses() -> list[float]:
     return [record.loss for record in run["trainer"].history]
 
 
-@pytest.fixture(scope="module")
-def library_losses() -> list[float]:
-    """The unswitched run's losses, trained once for the two tests that compare."""
-    return losses()
-
-
 def counting(name: str, calls: dict[str, int]):
     library = EXERCISES[name].library_function
 
@@ -51,11 +45,9 @@ def counting(name: str, calls: dict[str, int]):
     return function
 
 
-def test_switched_to_the_library_the_losses_are_the_same_floats_step_by_step(
-    library_losses,
-):
+def test_switched_to_the_library_the_losses_are_the_same_floats_step_by_step():
     """Every switched function is called, and the losses equal the unswitched run."""
-    library = library_losses
+    library = losses()
     calls: dict[str, int] = {}
     with use({name: counting(name, calls) for name in SWITCHED}):
         switched = losses()
@@ -84,9 +76,7 @@ ANSWERS = {
 }  # fmt: skip
 
 
-def test_a_learners_correct_functions_learn_as_the_librarys_do(
-    tmp_path, library_losses
-):
+def test_a_learners_correct_functions_learn_as_the_librarys_do(tmp_path):
     write_exercises(tmp_path)
     for file, (name, body) in ANSWERS.items():
         path = tmp_path / file
@@ -97,7 +87,7 @@ def test_a_learners_correct_functions_learn_as_the_librarys_do(
     names = [name for name, _ in ANSWERS.values()]
     results = nt.exercises.check_directory(tmp_path, names)
     assert [r.status for r in results] == ["passed"] * len(names), results
-    library = library_losses
+    library = losses()
     with nt.exercises.use(tmp_path, names=names) as switch:
         assert switch.names == tuple(names)
         yours = losses()
