@@ -16,7 +16,6 @@ from jaxtyping import TypeCheckError
 import named_transformer as nt
 from named_transformer.core.alibi import alibi_bias, alibi_slopes
 from named_transformer.decoding import IncrementalDecoder, greedy
-from named_transformer.decoding.compiled import CompiledDecoder
 from named_transformer.models.alibi import ALiBi, LinearBiases
 from named_transformer.models.multihead import (
     Heads,
@@ -28,8 +27,9 @@ from named_transformer.models.multihead import (
 )
 from named_transformer.models.variants import AttentionVariant
 from named_transformer.workflows.runner import build_model, make_spec
-from tests.test_decoding import VOCAB, model_for
+from tests.test_decoding import VOCAB
 from tests.test_multihead import recorded
+from tests.test_rotary import compiled_equals_cached, prompt_and_source
 
 B, HEADS, SEQ_Q, SEQ, LAYER = 2, 3, 4, 6, 30  # key = 10
 
@@ -242,12 +242,12 @@ def test_bias_follows_the_slopes_device_and_dtype():
     assert bias.shape == (HEADS, SEQ_Q, SEQ)
 
 
-def model_with(kind: str, norm_first: bool, seed: int, **config):
+def model_with(kind: str, norm_first: bool, seed: int, layers: int = 2, **config):
     """model_for, with extra config: grouped-query attention, a sliding window."""
     spec = make_spec("copy", kind, "tiny", vocab=VOCAB, positions="alibi")
     spec = replace(spec, config=replace(
-        spec.config, norm_first=norm_first, dropout=0.0, encoder_layers=2,
-        decoder_layers=2, **config,
+        spec.config, norm_first=norm_first, dropout=0.0, encoder_layers=layers,
+        decoder_layers=layers, **config,
     ))  # fmt: skip
     torch.manual_seed(seed)
     return build_model(spec).double().eval()
@@ -264,32 +264,33 @@ def test_cached_decoding_equals_recomputing_the_prefix(kind, norm_first, config)
     # an encoder attends both ways, a decoder under the causal mask
     expected = [True] * 2 + [False] * 2 if kind == "encoder-decoder" else [False] * 2
     assert [m.symmetric for m in found] == expected
-    generator = torch.Generator().manual_seed(0)
-    start = torch.randint(4, VOCAB, (2, 3), generator=generator)
-    source = torch.randint(4, VOCAB, (2, 7), generator=generator)
-    args = (
-        (source, nt.key_padding_mask(torch.tensor([7, 4]), 7))
-        if kind == "encoder-decoder"
-        else ()
-    )
+    start, args = prompt_and_source(kind)
     cached = greedy(IncrementalDecoder(model, *args), start, 8)
     full = greedy(IncrementalDecoder(model, *args, cache=False), start, 8)
     assert torch.equal(cached.tokens, full.tokens)
     assert (cached.log_probs - full.log_probs).abs().max() <= 1e-10  # float64
-    torch._dynamo.reset()  # each decoder compiles its step: stay under the limit of 8
-    compiled = greedy(
-        CompiledDecoder(model, *args, capacity=11, backend="eager"), start, 8
-    )
-    assert torch.equal(compiled.tokens, cached.tokens)
-    assert (compiled.log_probs - cached.log_probs).abs().max() <= 1e-10
     model = model.float()
     cached = greedy(IncrementalDecoder(model, *args), start, 8)
     full = greedy(IncrementalDecoder(model, *args, cache=False), start, 8)
     assert (cached.log_probs - full.log_probs).abs().max() <= 1e-5
 
 
+def test_compiled_decoding_equals_the_cache():
+    """The compiled step (fullgraph, the position as a tensor) over the fixed cache
+    gives the cache's tokens and log-probabilities (float64, 1e-10). One compile, on
+    the richest configuration above (encoder-decoder, one key/value head, a window
+    of 3); the tests above prove every configuration's cache against recomputation, and
+    tests/test_compiled_decoding.py compiles the decoder-only step."""
+    compiled_equals_cached(
+        model_with("encoder-decoder", False, 12, kv_heads=1, window=3),
+        "encoder-decoder",
+    )
+
+
 def test_a_model_with_alibi_compiles_with_fullgraph():
-    model = model_for("encoder-decoder", "alibi", False, 2).float()
+    """One encoder and one decoder layer: dynamo traces every layer's code, so a
+    second layer would trace the same code again."""
+    model = model_with("encoder-decoder", False, 2, layers=1).float()
     for attention in model.modules():
         if isinstance(getattr(attention, "positions", None), LinearBiases):
             attention.fused = True  # the bias as SDPA's float attn_mask

@@ -277,10 +277,10 @@ def test_to_torch_refuses_grouped_attention_and_from_torch_gives_multihead():
 # ------------------------------------------------------------------ models and cache
 
 
-def config(kv_heads, **options):
+def config(kv_heads, layers=2, **options):
     return TransformerConfig(
-        encoder_layers=2, decoder_layers=2, layer=LAYER, heads=HEADS, hidden=20,
-        dropout=0.0, kv_heads=kv_heads, **options,
+        encoder_layers=layers, decoder_layers=layers, layer=LAYER, heads=HEADS,
+        hidden=20, dropout=0.0, kv_heads=kv_heads, **options,
     )  # fmt: skip
 
 
@@ -380,11 +380,14 @@ def test_compiled_decoding_supports_grouped_attention():
 
 @pytest.mark.parametrize("kind", ["decoder-only", "encoder-decoder"])
 def test_a_model_with_grouped_attention_compiles_with_fullgraph(kind):
+    """One layer a stack: dynamo traces every layer's code, so a second layer would
+    trace the same code again."""
     tokens = torch.randint(0, VOCAB, (2, 7))
     if kind == "decoder-only":  # multi-query
-        model, args = language_model(1), (tokens,)
+        model, args = language_model(1, layers=1), (tokens,)
     else:  # grouped-query and a sliding window
-        model, args = transformer(2, window=3), (torch.randint(0, 11, (2, 5)), tokens)
+        model = transformer(2, layers=1, window=3)
+        args = (torch.randint(0, 11, (2, 5)), tokens)
     with nt.shape_checks(False):
         compiled = torch.compile(model, backend="eager", fullgraph=True)
         torch.testing.assert_close(compiled(*args), model(*args))

@@ -24,7 +24,7 @@ from named_transformer.models.rotary import (
     rotate_heads,
 )
 from named_transformer.workflows.runner import build_model, make_spec
-from tests.test_decoding import VOCAB, model_for
+from tests.test_decoding import VOCAB
 from tests.test_multihead import recorded
 
 B, HEADS, SEQ_Q, SEQ, KEY, LAYER = 2, 3, 4, 6, 10, 30  # key = 10: 5 pairs
@@ -258,15 +258,28 @@ def test_tables_follow_the_inputs_device_and_dtype():
     assert rotary_angles(SEQ, KEY, device="meta").device.type == "meta"
 
 
-def model_with(kind: str, norm_first: bool, seed: int, **config):
+def model_with(kind: str, norm_first: bool, seed: int, layers: int = 2, **config):
     """model_for, with extra config: grouped-query attention, a sliding window."""
     spec = make_spec("copy", kind, "tiny", vocab=VOCAB, positions="rotary")
     spec = replace(spec, config=replace(
-        spec.config, norm_first=norm_first, dropout=0.0, encoder_layers=2,
-        decoder_layers=2, **config,
+        spec.config, norm_first=norm_first, dropout=0.0, encoder_layers=layers,
+        decoder_layers=layers, **config,
     ))  # fmt: skip
     torch.manual_seed(seed)
     return build_model(spec).double().eval()
+
+
+def prompt_and_source(kind: str):
+    """A prompt of three tokens; for an encoder-decoder, a source with padding."""
+    generator = torch.Generator().manual_seed(0)
+    start = torch.randint(4, VOCAB, (2, 3), generator=generator)
+    source = torch.randint(4, VOCAB, (2, 7), generator=generator)
+    args = (
+        (source, nt.key_padding_mask(torch.tensor([7, 4]), 7))
+        if kind == "encoder-decoder"
+        else ()
+    )
+    return start, args
 
 
 @pytest.mark.parametrize("kind", ["encoder-decoder", "decoder-only"])
@@ -279,24 +292,11 @@ def test_cached_decoding_equals_recomputing_the_prefix(kind, norm_first, config)
     assert any(
         isinstance(getattr(m, "positions", None), Rotary) for m in model.modules()
     )
-    generator = torch.Generator().manual_seed(0)
-    start = torch.randint(4, VOCAB, (2, 3), generator=generator)
-    source = torch.randint(4, VOCAB, (2, 7), generator=generator)
-    args = (
-        (source, nt.key_padding_mask(torch.tensor([7, 4]), 7))
-        if kind == "encoder-decoder"
-        else ()
-    )
+    start, args = prompt_and_source(kind)
     cached = greedy(IncrementalDecoder(model, *args), start, 8)
     full = greedy(IncrementalDecoder(model, *args, cache=False), start, 8)
     assert torch.equal(cached.tokens, full.tokens)
     assert (cached.log_probs - full.log_probs).abs().max() <= 1e-10  # float64
-    torch._dynamo.reset()  # each decoder compiles its step: stay under the limit of 8
-    compiled = greedy(
-        CompiledDecoder(model, *args, capacity=11, backend="eager"), start, 8
-    )
-    assert torch.equal(compiled.tokens, cached.tokens)
-    assert (compiled.log_probs - cached.log_probs).abs().max() <= 1e-10
     # float32: the bound the project promises
     model = model.float()
     cached = greedy(IncrementalDecoder(model, *args), start, 8)
@@ -304,8 +304,33 @@ def test_cached_decoding_equals_recomputing_the_prefix(kind, norm_first, config)
     assert (cached.log_probs - full.log_probs).abs().max() <= 1e-5
 
 
+def test_compiled_decoding_equals_the_cache():
+    """The compiled step (fullgraph, the position as a tensor) over the fixed cache
+    gives the cache's tokens and log-probabilities (float64, 1e-10). One compile, on
+    the richest configuration above (decoder-only, one key/value head, a window of 3);
+    the tests above prove every configuration's cache against recomputation, and
+    tests/test_compiled_decoding.py compiles the encoder-decoder step."""
+    compiled_equals_cached(
+        model_with("decoder-only", False, 11, kv_heads=1, window=3), "decoder-only"
+    )
+
+
+def compiled_equals_cached(model, kind: str):
+    """The compiled decoder's greedy tokens and log-probabilities are the cache's."""
+    start, args = prompt_and_source(kind)
+    cached = greedy(IncrementalDecoder(model, *args), start, 8)
+    torch._dynamo.reset()  # earlier compiles in this process count against the limit
+    compiled = greedy(
+        CompiledDecoder(model, *args, capacity=11, backend="eager"), start, 8
+    )
+    assert torch.equal(compiled.tokens, cached.tokens)
+    assert (compiled.log_probs - cached.log_probs).abs().max() <= 1e-10
+
+
 def test_a_model_with_rotary_positions_compiles_with_fullgraph():
-    model = model_for("decoder-only", "rotary", False, 2).float()
+    """One layer: dynamo traces every layer's code, so a second layer would trace the
+    same code again (a graph break in it would show in the first)."""
+    model = model_with("decoder-only", False, 2, layers=1).float()
     model.blocks.layers[0].self_attention.fused = True  # rotate, then SDPA
     tokens = torch.randint(4, VOCAB, (2, 7))
     with nt.shape_checks(False):

@@ -71,10 +71,10 @@ def test_bad_windows_are_refused():
     assert sliding_window_mask(3, window=2, device="meta").device.type == "meta"
 
 
-def config(window, kv_heads=None, **options):
+def config(window, kv_heads=None, layers=2, **options):
     return TransformerConfig(
-        encoder_layers=2, decoder_layers=2, layer=LAYER, heads=HEADS, hidden=20,
-        dropout=0.0, window=window, kv_heads=kv_heads, **options,
+        encoder_layers=layers, decoder_layers=layers, layer=LAYER, heads=HEADS,
+        hidden=20, dropout=0.0, window=window, kv_heads=kv_heads, **options,
     )  # fmt: skip
 
 
@@ -201,7 +201,9 @@ def test_the_windowed_cache_memory_is_bounded_by_the_window():
 
 
 def test_compiled_decoding_applies_the_window():
-    model = language_model(WINDOW, 2, seed=3)
+    """One layer (the window is the mask of each layer's step; the cached tests above
+    prove two), 11 steps after a prompt of 3: 14 positions, over three windows."""
+    model = language_model(WINDOW, 2, seed=3, layers=1)
     start = torch.randint(4, VOCAB, (2, 3))
     ours = greedy(CompiledDecoder(model, capacity=14, backend="eager"), start, 11)
     reference = greedy(IncrementalDecoder(model, cache=False), start, 11)
