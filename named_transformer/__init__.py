@@ -310,7 +310,7 @@ __all__ = [
     "ov_circuit",
     "qk_circuit",
 ]
-__version__ = "0.11.0"
+__version__ = "0.11.1"
 
 
 def __getattr__(name: str) -> object:
