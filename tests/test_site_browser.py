@@ -446,7 +446,8 @@ def test_the_notebook_link_downloads_a_valid_notebook(
 ) -> None:
     """"Run this page as a notebook" downloads the page's notebook: valid nbformat 4,
     the install cell first, the page's executed code after it (docs/hooks/notebooks.py;
-    tests/test_notebooks.py runs every one)."""
+    tests/test_notebooks.py checks every one against its page and runs all but the
+    heaviest, whose code the strict docs build runs)."""
     nbformat = pytest.importorskip("nbformat", reason="nbformat (test extra) missing")
     external: list[str] = []
     errors: list[str] = []
