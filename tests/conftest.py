@@ -111,14 +111,17 @@ def built_site() -> Path | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that read the built site go last, keeping their files' order: under
-    CI the build is then done, or nearly, when they start."""
-    needs_site = [
-        item for item in items
+    """The files with a test that reads the built site go last, whole, keeping the
+    order of files and of tests: under CI the build is then done, or nearly, when they
+    start, and no worker waits on the build while other tests are left (pytest-xdist
+    hands out whole files in this order: ``--no-loadscope-reorder`` in pyproject)."""
+    site_files = {
+        item.path for item in items
         if SITE_FIXTURES & set(getattr(item, "fixturenames", ()))
-    ]  # fmt: skip
-    chosen = set(needs_site)
-    items[:] = [item for item in items if item not in chosen] + needs_site
+    }  # fmt: skip
+    items[:] = [item for item in items if item.path not in site_files] + [
+        item for item in items if item.path in site_files
+    ]
 
 
 @pytest.fixture(scope="session")
