@@ -113,8 +113,9 @@ def built_site() -> Path | None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files with a test that reads the built site go last, whole, keeping the
     order of files and of tests: under CI the build is then done, or nearly, when they
-    start, and no worker waits on the build while other tests are left (pytest-xdist
-    hands out whole files in this order: ``--no-loadscope-reorder`` in pyproject)."""
+    start, and no worker is handed one while files that need no site remain to hand
+    out (pytest-xdist hands out whole files in this order: ``--no-loadscope-reorder``
+    in pyproject)."""
     site_files = {
         item.path for item in items
         if SITE_FIXTURES & set(getattr(item, "fixturenames", ()))
