@@ -10,7 +10,12 @@ import named_transformer as nt
 from named_transformer.recording import record
 from tests.test_inside import VOCAB, _tokens, gpt2_layout, llama_layout
 
-pytest.importorskip("transformer_lens")
+
+@pytest.fixture(autouse=True, scope="module")
+def _transformer_lens():
+    """Imported when the first test here runs, not at collection: every xdist worker
+    collects every file, and this import (~7 s of CPU) is the suite's heaviest."""
+    pytest.importorskip("transformer_lens")
 
 
 def _config(model: nt.LanguageModel, **options):
