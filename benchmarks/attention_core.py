@@ -5,10 +5,12 @@ no mask) against PyTorch's own; the block sizes."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +144,15 @@ def _peak_mib(kind: str, seq: int) -> float:
     return json.loads(out.stdout)
 
 
+# Quick mode starts one process a kind and length for the whole run (tables 8, 13 and
+# 16 share those at 256 positions): each costs seconds of importing torch.
+_quick_peak_mib = functools.cache(_peak_mib)
+
+
+def _peak(quick: bool) -> Callable[[str, int], float]:
+    return _quick_peak_mib if quick else _peak_mib
+
+
 def peak_memory(quick: bool) -> str:
     """8. Peak resident memory (MiB) a forward call adds, each kind in a fresh process
     (Linux)."""
@@ -150,7 +161,7 @@ def peak_memory(quick: bool) -> str:
     for seq in lengths:
         cells = [seq, f"{8 * seq * seq * 4 / 2**20:.0f}"]
         for kind in ("named", "sdpa"):
-            cells.append(f"{_peak_mib(kind, seq):.0f}")
+            cells.append(f"{_peak(quick)(kind, seq):.0f}")
         rows.append(cells)
     header = ["seq", "one score tensor MiB", "named peak MiB", "SDPA peak MiB"]
     return table(
@@ -325,10 +336,10 @@ def blockwise_memory(quick: bool) -> str:
     (``is_causal=True``) and the materialising path (up to 4,096 positions), each in a
     fresh process (Linux)."""
     lengths = [256] if quick else [1024, 2048, 4096, 8192, 16384]
-    rows = []
+    rows, peak = [], _peak(quick)
     for seq in lengths:
-        blockwise, sdpa = _peak_mib("blockwise", seq), _peak_mib("sdpa-causal", seq)
-        named = f"{_peak_mib('named', seq):.0f}" if seq <= 4096 else "skipped"
+        blockwise, sdpa = peak("blockwise", seq), peak("sdpa-causal", seq)
+        named = f"{peak('named', seq):.0f}" if seq <= 4096 else "skipped"
         rows.append(
             [seq, f"{blockwise:.0f}", f"{sdpa:.0f}", named,
              f"{blockwise / max(sdpa, 1.0):.1f}"]
@@ -437,10 +448,10 @@ def crossover(quick: bool) -> str:
     )
 
 
-def _plain_calls(seq: int, repeats: int) -> list:
+def _plain_calls(seq: int, repeats: int, peak: Callable[[str, int], float]) -> list:
     """One row of table 16: ``nt.attention`` and SDPA, the default module and
     ``nn.MultiheadAttention`` (the same weights), forward, interleaved; the peak memory
-    of one attention call."""
+    of one attention call (measured by ``peak``)."""
     q, k, v = (torch.randn(2, 8, seq, 64) for _ in range(3))
     mask = nt.causal_mask(seq)
     theirs = nn.MultiheadAttention(512, 8, batch_first=True).eval()
@@ -457,7 +468,7 @@ def _plain_calls(seq: int, repeats: int) -> list:
              "torch": lambda: theirs(x, x, x, attn_mask=~mask, need_weights=False)},
             repeats,
         )  # fmt: skip
-    memory = _peak_mib("default", seq), _peak_mib("sdpa", seq)
+    memory = peak("default", seq), peak("sdpa", seq)
     return [
         seq, _plain_core(q, k, v, mask),
         ms(named.median), ms(sdpa.median), f"{named.median / sdpa.median:.2f}",
@@ -474,9 +485,11 @@ def default_vs_pytorch(quick: bool) -> str:
     ``nn.MultiheadAttention`` (batch 1, layer 512, heads 8, causal), forward, with the
     peak memory of one ``nt.attention`` call beside SDPA's (table 8's method: batch 1,
     heads 8, key 64)."""
-    lengths = [64, 256] if quick else [64, 256, 1024, 2048, 4096]
+    # quick: one length, as each length starts processes for the memory
+    lengths = [256] if quick else [64, 256, 1024, 2048, 4096]
     rows = [
-        _plain_calls(seq, 3 if quick else max(5, 20 * 256 // seq)) for seq in lengths
+        _plain_calls(seq, 3 if quick else max(5, 20 * 256 // seq), _peak(quick))
+        for seq in lengths
     ]
     header = [
         "seq",

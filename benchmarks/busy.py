@@ -6,12 +6,13 @@ recipe of ``train copy``, idle and busy.
     python -m benchmarks.busy [--quick]
 
 The competing process is a Python loop (``while True: pass``) that the benchmark starts
-before the busy timings and stops after them. Idle and busy alternate, round after
-round, so that drift hits both alike; inside a round the named code and its reference
-run interleaved. Every cell is the ratio of the medians over all rounds. Each pair runs
-with one intra-op thread and with torch's default (all cores): the collapse that the
-busy column shows for many small operations on two threads is why the workflows pick
-their thread count (:mod:`named_transformer.workflows.threads`).
+before the busy timings and stops after them (``--quick``: one that sleeps, the same
+steps without the load; its numbers mean nothing anyway). Idle and busy alternate,
+round after round, so that drift hits both alike; inside a round the named code and its
+reference run interleaved. Every cell is the ratio of the medians over all rounds. Each
+pair runs with one intra-op thread and with torch's default (all cores): the collapse
+that the busy column shows for many small operations on two threads is why the
+workflows pick their thread count (:mod:`named_transformer.workflows.threads`).
 """
 
 from __future__ import annotations
@@ -33,14 +34,19 @@ from benchmarks.decoding import _PyTorchCachedStep, decoding_config
 from benchmarks.modules import _attention_pair, _transformer_pair
 from named_transformer.models.language_model import LanguageModel
 
+# the competing process, by quick
+_COMPETING = {False: "spinning on a core", True: "sleeping (quick: no load)"}
+
 
 @contextlib.contextmanager
-def competing(busy: bool) -> Iterator[None]:
-    """With ``busy``, one other process spinning on a core for the block."""
+def competing(busy: bool, spin: bool = True) -> Iterator[None]:
+    """With ``busy``, one other process spinning on a core for the block (not
+    ``spin``: one sleeping, which loads no core)."""
     if not busy:
         yield
         return
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    code = "while True: pass" if spin else "import signal; signal.pause()"
+    spinner = subprocess.Popen([sys.executable, "-c", code])
     time.sleep(0.2)  # started and spinning
     try:
         yield
@@ -98,12 +104,12 @@ def _pairs(quick: bool) -> dict[str, tuple[Callable, Callable]]:
     }  # fmt: skip
 
 
-def _rounds(runs: dict[str, Callable], rounds: int, repeats: int) -> dict:
+def _rounds(runs: dict[str, Callable], rounds: int, repeats: int, spin: bool) -> dict:
     """(busy, name) -> seconds of every repeat, idle and busy alternating by round."""
     seconds: dict[tuple[bool, str], list[float]] = {}
     for round_ in range(rounds):
         for busy in (False, True) if round_ % 2 == 0 else (True, False):
-            with competing(busy):
+            with competing(busy, spin):
                 for timing in interleaved(runs, repeats, warmup=1):
                     seconds.setdefault((busy, timing.name), []).extend(timing.seconds)
     return seconds
@@ -120,7 +126,9 @@ def contention(quick: bool) -> str:
         for threads in sorted({1, default}):
             torch.set_num_threads(threads)
             for work, (named, reference) in pairs.items():
-                seconds = _rounds({"named": named, "torch": reference}, rounds, repeats)
+                seconds = _rounds(
+                    {"named": named, "torch": reference}, rounds, repeats, not quick
+                )
                 median = {key: statistics.median(s) for key, s in seconds.items()}
                 ratio = {busy: median[busy, "named"] / median[busy, "torch"]
                          for busy in (False, True)}  # fmt: skip
@@ -136,7 +144,7 @@ def contention(quick: bool) -> str:
               "busy: named ms", "busy: named / torch", "named busy / idle",
               "torch busy / idle"]  # fmt: skip
     return table(
-        f"24. A busy machine: one other process spinning on a core ({os.cpu_count()} "
+        f"24. A busy machine: one other process {_COMPETING[quick]} ({os.cpu_count()} "
         f"cores; {rounds} rounds of {repeats} repeats, idle and busy alternating; "
         "checks off)",
         header,
@@ -171,7 +179,7 @@ def tiny_recipe(quick: bool) -> str:
     seconds: dict[tuple[str, bool], list[float]] = {}
     for round_ in range(rounds):
         for busy in (False, True) if round_ % 2 == 0 else (True, False):
-            with competing(busy):
+            with competing(busy, spin=not quick):
                 for choice, forced in choices.items():
                     with _environment("OMP_NUM_THREADS", forced):
                         seconds.setdefault((choice, busy), []).append(
@@ -184,7 +192,8 @@ def tiny_recipe(quick: bool) -> str:
                      f"{busy / idle:.2f}"])  # fmt: skip
     return table(
         f"25. `train copy`'s recipe, idle and busy ({steps} steps, no evaluation; "
-        f"{rounds} rounds, alternating)",
+        f"{rounds} rounds, alternating"
+        + ("; the other process sleeping, quick: no load)" if quick else ")"),
         ["threads", "idle ms / step", "busy ms / step", "busy / idle"],
         rows,
     )
