@@ -9,8 +9,12 @@ and a file for the result) forks a child that runs the cells as a kernel would: 
 (``sys.stdout``) kept apart. The child writes the texts, or the first error, to the
 result file; this process then answers one line, ``done <result file>``.
 
-The child starts with what a fresh process that imported those two modules has: no
-other module of a page, no name, torch's first random state, the empty folder.
+The child starts with what a fresh process that imported those modules has: no name,
+torch's first random state (checked before the first fork), the empty folder. Three
+pages (checkpoints, pretrained, sublayers) import ``transformers``' GPT-2, BERT and
+Llama models, about 4 s of CPU each time: their modules are imported here once too, as
+a module cache, not names (a cell still runs its own ``import``, which finds them in
+``sys.modules`` as a second import in a kernel would).
 """
 
 from __future__ import annotations
@@ -25,9 +29,19 @@ import time
 import traceback
 import types
 
-import torch  # noqa: F401 - imported once, before the forks
+import torch  # imported once, before the forks
 
 import named_transformer  # noqa: F401
+
+_first_state = torch.get_rng_state()
+try:  # imported once for the pages that compare with transformers (module docstring)
+    import transformers.models.bert.modeling_bert  # noqa: F401
+    import transformers.models.gpt2.modeling_gpt2  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
+except ImportError:  # a page that needs it fails in its own cell, naming it
+    pass
+# torch's first random state, as a fresh process has it: those imports drew nothing
+assert torch.equal(torch.get_rng_state(), _first_state), "an import drew a number"
 
 LIMIT_S = 600  # a child still running after this is killed and reported
 

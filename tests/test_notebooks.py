@@ -22,8 +22,9 @@ each test saying which part:
   addresses, trailing spaces, rounding errors below 1e-9 and the numbers of a line
   that reports a measured time) and leaves no file in the folder it started in:
   every page but the few in ``BUILD_ONLY``, each in a process forked from one that
-  imported torch and named_transformer once (tests/notebook_runner.py), where a
-  Jupyter kernel per page spent ~4 s of CPU on that start alone;
+  imported torch, named_transformer and transformers' GPT-2, BERT and Llama modules
+  once (tests/notebook_runner.py), where a Jupyter kernel per page spent ~4 s of CPU
+  on that start alone (and ~4 s more on each page that imports those models);
 - one notebook with a files cell (``IN_JUPYTER``) runs as the .ipynb in a real
   Jupyter kernel (nbclient): the install cell is skipped by its tag, the files cell
   and the page's cells run there and print what the page shows.
