@@ -1,15 +1,16 @@
 r"""einops' calls kept whole in ``torch.compile``'s graph: faster compiles, the same
 compiled code.
 
-Dynamo (the part of ``torch.compile`` and ``torch.export`` that reads Python bytecode)
-traces into einops' own Python at every call: its pattern parser and its caches, where
-most of its steps go when it reads this package's models. Registered with
-``torch._dynamo.allow_in_graph``, each ``rearrange``, ``reduce``, ``repeat``,
-``einsum``, ``pack`` and ``unpack`` is one node of the graph instead, and compiles take
-a half to a third of the time. The compiled code is the same: AOTAutograd traces each
-such node into the same aten operations (with fake tensors), and Inductor compiles
-those. (einops registered them itself until torch 2.8; torch now traces through
-einops 0.8.2 and later, to put only torch's own operations in dynamo's graph.)
+Dynamo (the part of ``torch.compile``, and of a strict ``torch.export``, that reads
+Python bytecode) traces into einops' own Python at every call: its pattern parser and
+its caches, where most of its steps go when it reads this package's models.
+Registered with ``torch._dynamo.allow_in_graph``, each ``rearrange``, ``reduce``,
+``repeat``, ``einsum``, ``pack`` and ``unpack`` is one node of the graph instead, and
+dynamo's part of a compile takes a quarter to a half of the time. The compiled code is
+the same: AOTAutograd traces each such node into the same aten operations (with fake
+tensors), and Inductor compiles those. (einops registered them itself until torch 2.8;
+torch now traces through einops 0.8.2 and later, to put only torch's own operations in
+dynamo's graph.)
 
 Registering imports ``torch._dynamo``, over a second, which ``import
 named_transformer`` must not pay (issue 45), and torch has no public hook that runs
