@@ -7,6 +7,10 @@ Every public function is shape-checked at run time (see :mod:`named_transformer.
 # First, before the heavy imports: under ``python -m named_transformer``, Ctrl-C while
 # they run is one line, not a traceback from inside torch (nothing else changes).
 import named_transformer._startup  # noqa: F401
+
+# einops' calls as one node each in torch.compile's graph (faster compiles), registered
+# when torch._dynamo first loads: see named_transformer._tracing
+import named_transformer._tracing  # noqa: F401
 from named_transformer.axes import (
     AXES,
     Axis,

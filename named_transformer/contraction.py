@@ -19,7 +19,8 @@ summed away from one operand alone, a repeated axis (a diagonal), a contracted a
 size 1 that broadcasts against a longer one (or sizes that do not fit: einops then
 raises its own error), and every call while
 ``torch.compile``, ``torch.export`` or a JIT trace records the graph (the compiler reads
-``torch.einsum`` better than it reads the moves spelled out).
+``torch.einsum`` better than it reads the moves spelled out; dynamo records the
+``einops.einsum`` call as one node, :mod:`named_transformer._tracing`).
 """
 
 from __future__ import annotations

@@ -477,21 +477,34 @@ def test_train_copy_stops_at_its_time_cap_after_any_step(tmp_path, capsys):
     assert training.load_checkpoint(out / "checkpoint.pt")["step"] == 1
 
 
-def test_importing_the_package_imports_neither_jax_nor_transformers_nor_matplotlib():
+def test_importing_the_package_imports_neither_jax_nor_transformers_nor_dynamo():
     """Issue 45, item 4: jax (which Tracr brings, and jaxtyping imports when it is
-    installed), transformers and matplotlib stay out of ``import named_transformer``,
-    and jax still imports afterwards for whoever asks for it."""
+    installed), transformers, matplotlib and ``torch._dynamo`` (over a second) stay out
+    of ``import named_transformer``; jax still imports afterwards for whoever asks for
+    it, and the first ``torch.compile`` (which imports dynamo) records an einops call
+    as one node of the graph (the package registers einops' functions then:
+    ``named_transformer._tracing``; tests/test_checking.py checks a model's graph)."""
     pytest.importorskip("jax")  # installed with the test extras (Tracr)
     code = (
         "import sys, named_transformer\n"
-        "heavy = ('jax', 'transformers', 'matplotlib')\n"
+        "heavy = ('jax', 'transformers', 'matplotlib', 'torch._dynamo')\n"
         "print([m for m in heavy if m in sys.modules])\n"
         "import jax.numpy\n"
         "print(float(jax.numpy.ones(2).sum()))\n"
+        "import einops, torch\n"
+        "def graph(gm, inputs):\n"
+        "    print([node.target.__name__ for node in gm.graph.nodes\n"
+        "           if node.op == 'call_function'])\n"
+        "    return gm.forward\n"
+        "turn = torch.compile(lambda x: einops.rearrange(x, 'a b -> b a'),\n"
+        "                     backend=graph, fullgraph=True)\n"
+        "print(turn(torch.ones(2, 3)).shape == (3, 2))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, check=True, timeout=300)  # fmt: skip
-    assert done.stdout.split() == ["[]", "2.0"], done.stdout + done.stderr
+    assert done.stdout.split() == ["[]", "2.0", "['rearrange']", "True"], (
+        done.stdout + done.stderr
+    )
 
 
 def test_train_induction_checks_its_paths_and_options_before_training(
