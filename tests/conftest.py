@@ -180,6 +180,12 @@ class _SiteHandler(SimpleHTTPRequestHandler):
         self.send_header("Cache-Control", "max-age=3600")
         super().end_headers()
 
+    def copyfile(self, source, outputfile) -> None:
+        try:
+            super().copyfile(source, outputfile)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # a test closed the page while a file (a 90 MB model) was on its way
+
     def do_GET(self) -> None:
         if self.whole_search or self.path.split("?")[0] != "/" + SEARCH_INDEX:
             return super().do_GET()
