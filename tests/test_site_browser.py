@@ -296,16 +296,28 @@ def whole_server(site_dir: Path) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def desktop_tab(browser_context) -> Iterator[tuple[object, list[str], list[str]]]:
+    """One tab that every page's render check navigates, with its record of requests
+    off the loopback and of console errors: a tab per page started a renderer process
+    per page."""
+    external: list[str] = []
+    errors: list[str] = []
+    page = open_page(browser_context, external, errors)
+    yield page, external, errors
+    page.close()
+
+
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
 def test_page_renders_offline(
-    path: str, server: str, whole_server: str, browser_context, site_dir: Path
+    path: str, server: str, whole_server: str, desktop_tab, site_dir: Path
 ) -> None:
     """Renders offline with its math, and fits at each size in ``DESKTOP``: the page is
     loaded once, at the first size, and resized (no reload) to the others."""
-    external: list[str] = []
-    errors: list[str] = []
+    page, external, errors = desktop_tab
+    external.clear()  # what the page before left: its test has asserted on it
+    errors.clear()
     misfits: list[str] = []
-    page = open_page(browser_context, external, errors)
     try:
         has_math = 'class="arithmatex"' in (site_dir / path / "index.html").read_text()
         # the home page loads the search index whole; the others a cut one (same code)
@@ -336,7 +348,8 @@ def test_page_renders_offline(
                 page.wait_for_function(f"window.innerWidth === {width}")
             misfits += layout_problems(page, path, (width, height))
     finally:
-        page.close()
+        width, height = DESKTOP[0]
+        page.set_viewport_size({"width": width, "height": height})
 
     assert not external, f"{path}: requests left the site: {external}"
     assert not errors, f"{path}: console errors: {errors}"
