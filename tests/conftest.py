@@ -2,8 +2,10 @@
 ms); the built site, its loopback server and Chromium, shared by the browser tests
 (tests/test_site_browser.py, tests/test_live_browser.py)."""
 
+import contextlib
 import functools
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -74,6 +76,11 @@ CHROMIUM_ARGS = [
     "--disable-quic",
     "--metrics-recording-only",
     "--dns-prefetch-disable",
+    # Every request off the loopback goes to a proxy that is not there, so it fails in
+    # Chromium (the tests record it: open_page in tests/test_site_browser.py); the
+    # loopback server is reached directly (Chromium never proxies it). Blocking here,
+    # not with Playwright's routing, leaves Chromium's cache on: routing turns it off.
+    "--proxy-server=http://127.0.0.1:9",
 ]
 
 
@@ -146,20 +153,75 @@ def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
-class _QuietHandler(SimpleHTTPRequestHandler):
+SEARCH_INDEX = "search/search_index.json"
+
+
+@functools.cache
+def small_search_index(site: Path) -> bytes:
+    """The site's search index cut to its first page: the same 1.6 MB file is fetched
+    by every page, and Material's search worker builds a lunr index of it, seconds of
+    CPU a page on two shared cores."""
+    whole = json.loads((site / SEARCH_INDEX).read_text())
+    return json.dumps({**whole, "docs": whole["docs"][:1]}).encode()
+
+
+class _SiteHandler(SimpleHTTPRequestHandler):
+    """Serves the site quietly, every file cacheable: Chromium then keeps what a
+    context already fetched (the 14 MB onnxruntime .wasm, compiled, the 90 MB MiniLM
+    graph, the theme's scripts) instead of fetching and compiling it again per page.
+    Unless ``whole_search``, the search index is cut (``small_search_index``)."""
+
+    whole_search = False
+
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "max-age=3600")
+        super().end_headers()
+
+    def copyfile(self, source, outputfile) -> None:
+        try:
+            super().copyfile(source, outputfile)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # a test closed the page while a file (a 90 MB model) was on its way
+
+    def do_GET(self) -> None:
+        if self.whole_search or self.path.split("?")[0] != "/" + SEARCH_INDEX:
+            return super().do_GET()
+        body = small_search_index(Path(self.directory))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _WholeSearchHandler(_SiteHandler):
+    whole_search = True
+
+
+@contextlib.contextmanager
+def serving(site_dir: Path, whole_search: bool = False) -> Iterator[str]:
+    """The built site at a loopback URL, its search index whole or cut."""
+    handler = functools.partial(
+        _WholeSearchHandler if whole_search else _SiteHandler, directory=str(site_dir)
+    )
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 @pytest.fixture(scope="session")
 def server(site_dir: Path) -> Iterator[str]:
-    handler = functools.partial(_QuietHandler, directory=str(site_dir))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-    httpd.server_close()
+    """The site, its search index cut to one page (``small_search_index``)."""
+    with serving(site_dir) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

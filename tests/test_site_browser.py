@@ -13,7 +13,8 @@ needs a horizontal scroll bar, and a code block whose lines are at most 88 colum
 package's line length) fits without wrapping. At phone width (390x844) a few pages are
 checked for a working navigation drawer and body text that wraps. Material's search
 index, the same file on every page, is loaded whole by the home page; the other pages
-get it cut to one entry (``small_search_index``), sparing a lunr build per page.
+get it cut to one entry (``small_search_index`` in tests/conftest.py), sparing a lunr
+build per page.
 
 Uses Debian's ``/usr/bin/chromium`` (``.ci/run`` installs it); never
 ``playwright install``.
@@ -22,7 +23,6 @@ Uses Debian's ``/usr/bin/chromium`` (``.ci/run`` installs it); never
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from conftest import serving
 
 try:
     from playwright.sync_api import TimeoutError as TIMEOUT
@@ -51,7 +52,6 @@ PHONE = (390, 844)
 PHONE_PAGES = ("learn/basic-self-attention/", "workflows/training/")
 SOURCE_COLUMNS = 88  # ruff's line length: such a line must fit a code block unwrapped
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-SEARCH_INDEX = "/search/search_index.json"
 
 
 def page_paths() -> list[str]:
@@ -111,36 +111,21 @@ def phone_context(browser) -> Iterator[object]:
     context.close()
 
 
-@functools.cache
-def small_search_index(text: str) -> str:
-    """The site's search index cut to its first page: the same 1.6 MB file is fetched
-    by every page, and Material's search worker builds a lunr index of it, seconds of
-    CPU a page on two shared cores. One test (the home page) loads it whole."""
-    whole = json.loads(text)
-    return json.dumps({**whole, "docs": whole["docs"][:1]})
+def open_page(context, external: list[str], errors: list[str]):
+    """A new page whose requests off the loopback are recorded in ``external`` (and
+    fail: Chromium's proxy, ``CHROMIUM_ARGS`` in tests/conftest.py), and whose
+    console errors and uncaught exceptions go to ``errors``."""
 
-
-def open_page(context, external: list[str], errors: list[str], search: bool = False):
-    """A new page whose requests off the loopback are blocked and recorded in
-    ``external``, and whose console errors and uncaught exceptions go to ``errors``.
-    Unless ``search``, the site's search index it fetches is cut to one page
-    (``small_search_index``)."""
-
-    def route(route_) -> None:
-        url = route_.request.url
-        host = urlparse(url).hostname or ""
-        if not search and host in LOOPBACK and url.endswith(SEARCH_INDEX):
-            response = route_.fetch()
-            body = small_search_index(response.text()) if response.ok else None
-            route_.fulfill(response=response, body=body)  # a failure passed on as is
-        elif url.startswith(("data:", "blob:")) or host in LOOPBACK:
-            route_.continue_()
-        else:
-            external.append(route_.request.url)
-            route_.abort()
+    def request(request_) -> None:
+        url = request_.url
+        if (
+            not url.startswith(("data:", "blob:"))
+            and (urlparse(url).hostname or "") not in LOOPBACK
+        ):
+            external.append(url)
 
     page = context.new_page()
-    page.route("**/*", route)
+    page.on("request", request)
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
     return page
@@ -156,7 +141,8 @@ def load(page, url: str, has_math: bool) -> None:
     if has_math:
         page.wait_for_function(
             "document.documentElement.dataset.mathRendered === 'true'",
-            timeout=10_000,
+            # generous: a page's live widgets open their models on the same thread
+            timeout=60_000,
         )
     page.wait_for_load_state("networkidle")  # requests made after load are recorded too
 
@@ -303,20 +289,39 @@ def test_internal_links_and_anchors_resolve(site_dir: Path) -> None:
     assert not broken, "broken links:\n" + "\n".join(broken[:30])
 
 
+@pytest.fixture(scope="module")
+def whole_server(site_dir: Path) -> Iterator[str]:
+    """The site with its whole search index, for the home page."""
+    with serving(site_dir, whole_search=True) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def desktop_tab(browser_context) -> Iterator[tuple[object, list[str], list[str]]]:
+    """One tab that every page's render check navigates, with its record of requests
+    off the loopback and of console errors: a tab per page started a renderer process
+    per page."""
+    external: list[str] = []
+    errors: list[str] = []
+    page = open_page(browser_context, external, errors)
+    yield page, external, errors
+    page.close()
+
+
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
 def test_page_renders_offline(
-    path: str, server: str, browser_context, site_dir: Path
+    path: str, server: str, whole_server: str, desktop_tab, site_dir: Path
 ) -> None:
     """Renders offline with its math, and fits at each size in ``DESKTOP``: the page is
     loaded once, at the first size, and resized (no reload) to the others."""
-    external: list[str] = []
-    errors: list[str] = []
+    page, external, errors = desktop_tab
+    external.clear()  # what the page before left: its test has asserted on it
+    errors.clear()
     misfits: list[str] = []
-    # the home page loads the search index whole; the others a cut one (same code)
-    page = open_page(browser_context, external, errors, search=path == "")
     try:
         has_math = 'class="arithmatex"' in (site_dir / path / "index.html").read_text()
-        load(page, server + path, has_math)
+        # the home page loads the search index whole; the others a cut one (same code)
+        load(page, (whole_server if path == "" else server) + path, has_math)
         report = page.evaluate(
             """() => {
               const article = document.querySelector("article");
@@ -343,7 +348,8 @@ def test_page_renders_offline(
                 page.wait_for_function(f"window.innerWidth === {width}")
             misfits += layout_problems(page, path, (width, height))
     finally:
-        page.close()
+        width, height = DESKTOP[0]
+        page.set_viewport_size({"width": width, "height": height})
 
     assert not external, f"{path}: requests left the site: {external}"
     assert not errors, f"{path}: console errors: {errors}"

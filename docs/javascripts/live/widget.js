@@ -42,9 +42,10 @@ function wanted(sidecar, filter) {
   return entries.length > 0 ? entries : sidecar.attention;
 }
 
-// weights {dims, data} as plain numbers, read only when a test asks (MiniLM's are big).
-const plain = (raw) => Object.fromEntries(Object.entries(raw).map(([name, tensor]) =>
-  [name, { dims: tensor.dims.map(Number), data: Array.from(tensor.data) }]));
+// weights {dims, data}: the run's own Float32Array, never copied into plain numbers
+// (MiniLM's 256-token maps are 4.7 M of them, which a test reads as bytes).
+const weightsOf = (raw) => Object.fromEntries(Object.entries(raw).map(([name, tensor]) =>
+  [name, { dims: tensor.dims.map(Number), data: tensor.data }]));
 
 export async function mount(root) {
   const name = root.dataset.model ?? "";
@@ -55,7 +56,7 @@ export async function mount(root) {
     ids: {}, tokens: {}, output: "", probability: null, vector: null,
     queries: {}, keys: {}, latencyMs: null, computeMs: null,
     get weights() {
-      return plain(raw);
+      return weightsOf(raw);
     },
   };
   root.ntLive = live;
