@@ -20,8 +20,9 @@ from named_transformer.workflows import cli
 
 CHECKPOINT_0_1_0 = Path(__file__).parent / "data" / "copy-tiny-0.1.0.pt"
 
+# one evaluation (of the recipe's validation items: copy 1,000), at the last step
 TINY = ["--size", "tiny", "--steps", "2", "--train-size", "32", "--test-size", "4",
-        "--eval-every", "1", "--batch-size", "8", "--min-len", "2",
+        "--eval-every", "2", "--batch-size", "8", "--min-len", "2",
         "--max-len", "4"]  # fmt: skip
 
 
