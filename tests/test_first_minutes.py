@@ -486,15 +486,21 @@ def test_train_copy_stops_at_its_time_cap_after_any_step(tmp_path, capsys):
 def test_importing_the_package_imports_neither_jax_nor_transformers_nor_dynamo():
     """Issue 45, item 4: jax (which Tracr brings, and jaxtyping imports when it is
     installed), transformers, matplotlib and ``torch._dynamo`` (over a second) stay out
-    of ``import named_transformer``; jax still imports afterwards for whoever asks for
-    it, and the first ``torch.compile`` (which imports dynamo) records an einops call
-    as one node of the graph (the package registers einops' functions then:
-    ``named_transformer._tracing``; tests/test_checking.py checks a model's graph)."""
+    of ``import named_transformer``; the same fresh process then imports the command
+    line, which loads none of the command modules (``cli.COMMAND_MODULES``; the static
+    half, that nothing the CLI imports imports it back, is
+    ``test_cli.py::test_the_cli_and_the_command_modules_do_not...``); jax still imports
+    afterwards for whoever asks for it, and the first ``torch.compile`` (which imports
+    dynamo) records an einops call as one node of the graph (the package registers
+    einops' functions then: ``named_transformer._tracing``; tests/test_checking.py
+    checks a model's graph)."""
     pytest.importorskip("jax")  # installed with the test extras (Tracr)
     code = (
         "import sys, named_transformer\n"
         "heavy = ('jax', 'transformers', 'matplotlib', 'torch._dynamo')\n"
         "print([m for m in heavy if m in sys.modules])\n"
+        "from named_transformer.workflows import cli\n"
+        "print([m for m in cli.COMMAND_MODULES if m in sys.modules])\n"
         "import jax.numpy\n"
         "print(float(jax.numpy.ones(2).sum()))\n"
         "import einops, torch\n"
@@ -508,7 +514,7 @@ def test_importing_the_package_imports_neither_jax_nor_transformers_nor_dynamo()
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, check=True, timeout=300)  # fmt: skip
-    assert done.stdout.split() == ["[]", "2.0", "['rearrange']", "True"], (
+    assert done.stdout.split() == ["[]", "[]", "2.0", "['rearrange']", "True"], (
         done.stdout + done.stderr
     )
 
