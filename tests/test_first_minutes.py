@@ -28,8 +28,9 @@ from named_transformer.workflows.training import TrainingInterrupted
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT_0_1_0 = Path(__file__).parent / "data" / "copy-tiny-0.1.0.pt"
+# one evaluation (of the recipe's 1,000 validation items), at the last step
 TINY = ["--size", "tiny", "--steps", "2", "--train-size", "32", "--test-size", "4",
-        "--eval-every", "1", "--batch-size", "8", "--min-len", "2",
+        "--eval-every", "2", "--batch-size", "8", "--min-len", "2",
         "--max-len", "4", "--no-progress"]  # fmt: skip
 
 
@@ -164,12 +165,17 @@ def test_resume_with_no_checkpoint_is_refused(tmp_path, capsys, task):
 
 
 def test_resume_continues_a_text_run(tmp_path, capsys):
+    """The resumed run says it trains for 4 steps, and its progress starts at step 3.
+    Shape checks off and the first run quiet: each run samples 300 characters at its
+    end (and, with progress, 120 more at its first evaluation) from the recipe's
+    4-layer model, which is most of the work and none of what is checked."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("abcabcabd " * 40)
     out = tmp_path / "text"
     small = ["--corpus", str(corpus), "--context", "8", "--batch-size", "4",
-             "--eval-every", "2", "--no-figure", "--out", str(out)]  # fmt: skip
-    assert cli.main(["train", "text", *small, "--steps", "2"]) == 0
+             "--eval-every", "2", "--no-figure", "--no-shape-checks",
+             "--out", str(out)]  # fmt: skip
+    assert cli.main(["train", "text", *small, "--steps", "2", "--no-progress"]) == 0
     capsys.readouterr()
     assert cli.main(["train", "text", *small, "--steps", "4", "--resume"]) == 0
     captured = capsys.readouterr()
@@ -480,15 +486,21 @@ def test_train_copy_stops_at_its_time_cap_after_any_step(tmp_path, capsys):
 def test_importing_the_package_imports_neither_jax_nor_transformers_nor_dynamo():
     """Issue 45, item 4: jax (which Tracr brings, and jaxtyping imports when it is
     installed), transformers, matplotlib and ``torch._dynamo`` (over a second) stay out
-    of ``import named_transformer``; jax still imports afterwards for whoever asks for
-    it, and the first ``torch.compile`` (which imports dynamo) records an einops call
-    as one node of the graph (the package registers einops' functions then:
-    ``named_transformer._tracing``; tests/test_checking.py checks a model's graph)."""
+    of ``import named_transformer``; the same fresh process then imports the command
+    line, which loads none of the command modules (``cli.COMMAND_MODULES``; the static
+    half, that nothing the CLI imports imports it back, is
+    ``test_cli.py::test_the_cli_and_the_command_modules_do_not...``); jax still imports
+    afterwards for whoever asks for it, and the first ``torch.compile`` (which imports
+    dynamo) records an einops call as one node of the graph (the package registers
+    einops' functions then: ``named_transformer._tracing``; tests/test_checking.py
+    checks a model's graph)."""
     pytest.importorskip("jax")  # installed with the test extras (Tracr)
     code = (
         "import sys, named_transformer\n"
         "heavy = ('jax', 'transformers', 'matplotlib', 'torch._dynamo')\n"
         "print([m for m in heavy if m in sys.modules])\n"
+        "from named_transformer.workflows import cli\n"
+        "print([m for m in cli.COMMAND_MODULES if m in sys.modules])\n"
         "import jax.numpy\n"
         "print(float(jax.numpy.ones(2).sum()))\n"
         "import einops, torch\n"
@@ -502,7 +514,7 @@ def test_importing_the_package_imports_neither_jax_nor_transformers_nor_dynamo()
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, check=True, timeout=300)  # fmt: skip
-    assert done.stdout.split() == ["[]", "2.0", "['rearrange']", "True"], (
+    assert done.stdout.split() == ["[]", "[]", "2.0", "['rearrange']", "True"], (
         done.stdout + done.stderr
     )
 

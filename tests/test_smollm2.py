@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 
 import pytest
 import torch
@@ -31,24 +32,26 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ours() -> nt.ChatModel:
-    return nt.load_smollm2()
-
-
 @contextlib.contextmanager
 def _gguf_parsed_once():
-    """transformers parses the GGUF file three times (for the configuration, the
-    weights and the tokenizer; each parse reads its 49,152 token strings) and builds
+    """gguf's parse of the file, done once for the module: our loader parses the file
+    once, transformers three times (for the configuration, the weights and the
+    tokenizer; each parse reads its 49,152 token strings), and transformers builds
     gguf's tensor-name table once per module of the model (397 times). Both are pure
-    functions of their arguments and gguf's reader only reads (a memory map), so
-    while the reference loads each is computed once per argument. What transformers
-    computes is unchanged; our loader (``ours``) keeps its own parse, so the
-    reference stays independent of it."""
+    functions of their arguments and gguf's reader only reads (a read-only memory
+    map), so each is computed once per argument and shared. What either side
+    computes from the parse is unchanged: our conversion (names, the un-interleaved
+    $W^Q$ and $W^K$, the tokenizer) and transformers' own stay independent; only
+    gguf's reading of the bytes, which both used already, is done once."""
     import gguf
 
+    parse = functools.cache(gguf.GGUFReader)  # by the file's name: ours passes a Path
+
+    def reader(path, *args, **kwargs):
+        return parse(os.fspath(path), *args, **kwargs)
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gguf, "GGUFReader", functools.cache(gguf.GGUFReader))
+        patch.setattr(gguf, "GGUFReader", reader)
         patch.setattr(
             gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map)
         )
@@ -56,15 +59,25 @@ def _gguf_parsed_once():
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """transformers' LlamaForCausalLM and tokenizer, both loaded from the file."""
+def _parsed_once():
     with _gguf_parsed_once():
-        model = transformers.LlamaForCausalLM.from_pretrained(
-            PATH.parent, gguf_file=PATH.name, dtype=torch.float32
-        ).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(
-            PATH.parent, gguf_file=PATH.name
-        )
+        yield
+
+
+@pytest.fixture(scope="module")
+def ours(_parsed_once) -> nt.ChatModel:
+    return nt.load_smollm2()
+
+
+@pytest.fixture(scope="module")
+def reference(_parsed_once):
+    """transformers' LlamaForCausalLM and tokenizer, both loaded from the file."""
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        PATH.parent, gguf_file=PATH.name, dtype=torch.float32
+    ).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(
+        PATH.parent, gguf_file=PATH.name
+    )
     return model, tokenizer
 
 
@@ -114,17 +127,22 @@ def test_log_probabilities_equal_transformers_on_several_prompts(
         torch.testing.assert_close(named, reference, rtol=0, atol=1e-4 * scale)
 
 
-def test_64_greedy_tokens_equal_transformers_generate(ours, theirs):
+def test_64_greedy_tokens_equal_transformers_argmax(ours, theirs):
+    """Our 64 greedy tokens, decoded with the key/value cache, are transformers'
+    greedy tokens: at every step, the argmax of its LlamaForCausalLM's next-token
+    logits given the prompt and our tokens before it. That is what greedy decoding
+    is, read from one forward pass of the whole sequence (its ``generate`` would run
+    the same model 64 times, one token at a time, for the same answer)."""
     prompt = ours.tokenizer.encode("Once upon a time, in a small village,")
     start = torch.tensor([prompt])
     with nt.shape_checks(False):
         named = nt.greedy(nt.IncrementalDecoder(ours.model), start, 64).tokens
-    with torch.no_grad():
-        reference = theirs.generate(
-            start, max_new_tokens=64, min_new_tokens=64, do_sample=False,
-            attention_mask=torch.ones_like(start),
-        )[:, len(prompt) :]  # fmt: skip
     assert named.shape == (1, 64)
+    with torch.no_grad():
+        logits = theirs(torch.cat([start, named], -1)).logits
+    # the logits at position t choose token t + 1: the prompt's last position the
+    # first new token, our 63rd new token the 64th
+    reference = logits[:, len(prompt) - 1 : -1].argmax(-1)
     assert named.tolist() == reference.tolist()
 
 
