@@ -314,7 +314,7 @@ __all__ = [
     "ov_circuit",
     "qk_circuit",
 ]
-__version__ = "0.11.1"
+__version__ = "0.11.2"
 
 
 def __getattr__(name: str) -> object:
