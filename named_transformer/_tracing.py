@@ -21,9 +21,11 @@ finish, registers, and removes itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 from types import ModuleType
 
 import einops
@@ -42,24 +44,38 @@ IN_GRAPH = (
 
 
 def _register(dynamo: ModuleType) -> None:
-    for function in IN_GRAPH:
-        dynamo.allow_in_graph(function)
+    try:
+        for function in IN_GRAPH:
+            dynamo.allow_in_graph(function)
+    except Exception as error:  # a speed-up only: compiling must work without it
+        warnings.warn(
+            f"einops' calls are traced, not kept whole in the graph: {error}",
+            stacklevel=2,
+        )
 
 
 class _WhenDynamoLoads(importlib.abc.MetaPathFinder):
     """Finds no module itself: at the import of ``torch._dynamo`` it takes the spec
-    the other finders give, and registers once the module has run."""
+    the other finders give, and registers, then leaves, once the module has run (a
+    lookup that imports nothing, ``importlib.util.find_spec``, leaves it waiting)."""
+
+    asking = False  # while it asks the other finders, it answers None
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch._dynamo":
+        if name != "torch._dynamo" or self.asking:
             return None
-        sys.meta_path.remove(self)  # once; and the lookup below must not come back
-        spec = importlib.util.find_spec(name)
+        self.asking = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.asking = False
         if spec is not None and hasattr(spec.loader, "exec_module"):
             run = spec.loader.exec_module
 
             def exec_module(module: ModuleType) -> None:
                 run(module)
+                with contextlib.suppress(ValueError):  # already gone
+                    sys.meta_path.remove(self)
                 _register(module)
 
             spec.loader.exec_module = exec_module  # this module's own loader only

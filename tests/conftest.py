@@ -166,10 +166,10 @@ def small_search_index(site: Path) -> bytes:
 
 
 class _SiteHandler(SimpleHTTPRequestHandler):
-    """Serves the site quietly, every file cacheable: Chromium then keeps what a
-    context already fetched (the 14 MB onnxruntime .wasm, compiled, the 90 MB MiniLM
-    graph, the theme's scripts) instead of fetching and compiling it again per page.
-    Unless ``whole_search``, the search index is cut (``small_search_index``)."""
+    """Serves the site quietly, every file cacheable: Chromium's cache may then serve
+    what a context already fetched (the theme's scripts and fonts, what its size limits
+    let it keep) instead of fetching it again per page. Unless ``whole_search``, the
+    search index is cut (``small_search_index``)."""
 
     whole_search = False
 

@@ -10,7 +10,8 @@ and a file for the result) forks a child that runs the cells as a kernel would: 
 result file; this process then answers one line, ``done <result file>``.
 
 The child starts with what a fresh process that imported those modules has: no name,
-torch's first random state (checked before the first fork), the empty folder. Three
+the random state torch had when the package was imported (the later imports here
+are checked to draw no number), the empty folder. Three
 pages (checkpoints, pretrained, sublayers) import ``transformers``' GPT-2, BERT and
 Llama models, about 4 s of CPU each time: their modules are imported here once too, as
 a module cache, not names (a cell still runs its own ``import``, which finds them in
@@ -40,7 +41,8 @@ try:  # imported once for the pages that compare with transformers (module docst
     import transformers.models.llama.modeling_llama  # noqa: F401
 except ImportError:  # a page that needs it fails in its own cell, naming it
     pass
-# torch's first random state, as a fresh process has it: those imports drew nothing
+# the random state the package's import left, as a fresh process has it: the imports
+# above drew nothing
 assert torch.equal(torch.get_rng_state(), _first_state), "an import drew a number"
 
 LIMIT_S = 600  # a child still running after this is killed and reported

@@ -6,9 +6,7 @@ import sys
 import einops
 import pytest
 import torch
-from functorch.compile import make_boxed_func
 from jaxtyping import TypeCheckError
-from torch._dynamo.backends.common import aot_autograd
 
 import named_transformer as nt
 from named_transformer._tracing import IN_GRAPH
@@ -88,6 +86,11 @@ def test_each_einops_call_is_one_node_and_aten_operations_after_aot_autograd():
     small function and in a model; AOTAutograd then traces those nodes into aten
     operations alone (what Inductor compiles), and the compiled model's values and
     gradients equal eager ones."""
+    # imported here, not at collection: they load dynamo, which every xdist worker
+    # would otherwise import while collecting
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
     torch._dynamo.reset()
     recorded, aten = set(), []
 

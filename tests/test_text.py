@@ -123,7 +123,7 @@ def test_train_text_learns_a_periodic_corpus_and_generate_continues_it(
     """The CLI: samples while it trains, a loss figure, a checkpoint that stops at
     the target; the continuation of a periodic text is that text (at low T).
     Trained with shape checks off (the same numbers, a fifth less work: the checked
-    text model is ``test_bytes_level_trains_and_reloads``'); the continuations below
+    text model is ``test_bytes_level_trains_and_reloads``); the continuations below
     are generated with them on."""
     corpus = tmp_path / "cat.txt"
     corpus.write_text(PERIODIC)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -331,6 +332,8 @@ def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
         return lm_loss(model, batch)
 
+    # elsewhere fit sets no handler, and the signal would stop the test run
+    assert threading.current_thread() is threading.main_thread()
     before = signal.getsignal(signal.SIGINT)
     interrupted = make_trainer(directory, eval_every=5)
     interrupted.loss = loss
