@@ -30,7 +30,7 @@ from types import ModuleType
 
 import einops
 
-__all__ = ["IN_GRAPH", "keep_einops_whole"]
+__all__ = ["IN_GRAPH"]
 
 #: The einops functions dynamo records as one node each.
 IN_GRAPH = (
@@ -82,13 +82,7 @@ class _WhenDynamoLoads(importlib.abc.MetaPathFinder):
         return spec
 
 
-def keep_einops_whole() -> None:
-    """Have dynamo record :data:`IN_GRAPH` as nodes: now if ``torch._dynamo`` is
-    loaded, else as soon as it is. Calling it again changes nothing."""
-    if "torch._dynamo" in sys.modules:
-        _register(sys.modules["torch._dynamo"])
-    elif not any(isinstance(finder, _WhenDynamoLoads) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _WhenDynamoLoads())
-
-
-keep_einops_whole()
+if "torch._dynamo" in sys.modules:  # loaded before the package: register now
+    _register(sys.modules["torch._dynamo"])
+else:
+    sys.meta_path.insert(0, _WhenDynamoLoads())

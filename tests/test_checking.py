@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import einops
 import pytest
@@ -9,7 +10,7 @@ import torch
 from jaxtyping import TypeCheckError
 
 import named_transformer as nt
-from named_transformer._tracing import IN_GRAPH
+from named_transformer._tracing import IN_GRAPH, _register
 from named_transformer.models.config import TransformerConfig
 from named_transformer.models.language_model import LanguageModel
 
@@ -78,6 +79,17 @@ def test_checked_attention_compiles_fullgraph_with_checks_off():
     with nt.shape_checks(False):
         compiled = torch.compile(nt.attention, fullgraph=True, backend="eager")
         torch.testing.assert_close(compiled(q, k, v, mask), nt.attention(q, k, v, mask))
+
+
+def test_a_dynamo_that_refuses_the_registration_gets_a_warning_not_an_error():
+    """Keeping einops' calls whole is a speed-up only: where ``allow_in_graph`` fails
+    (a future torch), loading dynamo warns in one line and compiling goes on."""
+
+    def refuse(function):
+        raise RuntimeError("no such option")
+
+    with pytest.warns(UserWarning, match="traced, not kept whole.*no such option"):
+        _register(SimpleNamespace(allow_in_graph=refuse))
 
 
 def test_each_einops_call_is_one_node_and_aten_operations_after_aot_autograd():

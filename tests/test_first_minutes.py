@@ -490,10 +490,11 @@ def test_importing_the_package_imports_neither_jax_nor_transformers_nor_dynamo()
     line, which loads none of the command modules (``cli.COMMAND_MODULES``; the static
     half, that nothing the CLI imports imports it back, is
     ``test_cli.py::test_the_cli_and_the_command_modules_do_not...``); jax still imports
-    afterwards for whoever asks for it, and the first ``torch.compile`` (which imports
-    dynamo) records an einops call as one node of the graph (the package registers
-    einops' functions then: ``named_transformer._tracing``; tests/test_checking.py
-    checks a model's graph)."""
+    afterwards for whoever asks for it, and, after a lookup of ``torch._dynamo`` that
+    imports nothing, the first ``torch.compile`` (which imports dynamo) records an
+    einops call as one node of the graph (the package registers einops' functions
+    then: ``named_transformer._tracing``; tests/test_checking.py checks a model's
+    graph)."""
     pytest.importorskip("jax")  # installed with the test extras (Tracr)
     code = (
         "import sys, named_transformer\n"
@@ -503,6 +504,8 @@ def test_importing_the_package_imports_neither_jax_nor_transformers_nor_dynamo()
         "print([m for m in cli.COMMAND_MODULES if m in sys.modules])\n"
         "import jax.numpy\n"
         "print(float(jax.numpy.ones(2).sum()))\n"
+        "import importlib.util\n"  # a lookup alone: the finder must keep waiting
+        "assert importlib.util.find_spec('torch._dynamo')\n"
         "import einops, torch\n"
         "def graph(gm, inputs):\n"
         "    print([node.target.__name__ for node in gm.graph.nodes\n"
