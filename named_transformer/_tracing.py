@@ -6,7 +6,7 @@ Python bytecode) traces into einops' own Python at every call: its pattern parse
 its caches, where most of its steps go when it reads this package's models.
 Registered with ``torch._dynamo.allow_in_graph``, each ``rearrange``, ``reduce``,
 ``repeat``, ``einsum``, ``pack`` and ``unpack`` is one node of the graph instead, and
-dynamo's part of a compile takes a quarter to a half of the time. The compiled code is
+dynamo's part of a compile takes a fifth to a half of the time. The compiled code is
 the same: AOTAutograd traces each such node into the same aten operations (with fake
 tensors), and Inductor compiles those. (einops registered them itself until torch 2.8;
 torch now traces through einops 0.8.2 and later, to put only torch's own operations in
