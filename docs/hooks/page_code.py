@@ -1,19 +1,17 @@
-"""MkDocs hook: the pages' executed code does the same work, less of it twice.
+"""MkDocs hook: the pages' executed code prints the same for less CPU.
 
-markdown-exec runs every page's code in this one process, so a thing two pages load
-can be loaded once per build:
+markdown-exec runs every page's code in this one process:
 
 - ``load_smollm2()`` (about 9 s of CPU: gguf parses the file's 49,152-token
   vocabulary, then every tensor is dequantised) returns the first call's
   ``ChatModel`` again ("A modern small LM" and "Look inside" both load it; neither
   changes its weights), and ``read_gguf`` of an unchanged file returns the
-  checkpoint it read before (about 4 s). Each page's notebook still loads its own,
-  and tests/test_notebooks.py compares what it prints with what the page printed.
+  checkpoint it read before (about 4 s). Each page's notebook loads its own.
 - Tracr's compiler and its ``apply`` run JAX operations eagerly, one XLA compile per
   operation and shape: without XLA's optimisation passes
   (``jax_disable_most_optimizations``) those compiles take about a third less time
-  and give the same values (tests/test_rasp_tracr.py runs the same way), so the
-  RASP page prints the same lines.
+  and give the same values (tests/test_rasp_tracr.py runs the same way): the RASP
+  page printed the same lines with them and without.
 """
 
 from __future__ import annotations
