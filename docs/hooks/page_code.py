@@ -6,7 +6,7 @@ markdown-exec runs every page's code in this one process:
   vocabulary, then every tensor is dequantised) returns the first call's
   ``ChatModel`` again ("A modern small LM" and "Look inside" both load it; neither
   changes its weights), and ``read_gguf`` of an unchanged file returns the
-  checkpoint it read before (about 4 s). Each page's notebook loads its own.
+  checkpoint it read before (about 5 s). Each page's notebook loads its own.
 - Tracr's compiler and its ``apply`` run JAX operations eagerly, one XLA compile per
   operation and shape: without XLA's optimisation passes
   (``jax_disable_most_optimizations``) those compiles take about a third less time
