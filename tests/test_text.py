@@ -165,7 +165,7 @@ def test_sample_length_is_the_final_samples_length():
     for length in (0, 5):
         settings = TextSettings(context=8, layers=1, layer=16, heads=2,
                                 batch_size=4, steps=1, eval_every=1,
-                                sample_length=length)  # fmt: skip
+                                eval_windows=2, sample_length=length)  # fmt: skip
         run = train_text(PERIODIC, settings, progress=False)
         validation = PERIODIC[int(0.9 * len(PERIODIC)) :]
         assert run["sample"][:16] == validation[:16]
