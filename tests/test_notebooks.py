@@ -79,7 +79,7 @@ PAGES = sorted(
 BUILD_ONLY = {
     "learn/rasp.md": "compiles programs with Tracr, which imports JAX",
     "learn/try-it.md": "exports a model to ONNX and runs it with onnxruntime",
-    "models/induction-heads.md": "trains a two-layer model for 2,000 steps",
+    "models/induction-heads.md": "trains a two-layer model for 1,500 steps",
     "models/look-inside.md": "loads SmolLM2 and MiniLM",
     "models/modern-lm.md": "loads SmolLM2",
     "workflows/decoding.md": "compiles a decoder with torch.compile (Inductor)",

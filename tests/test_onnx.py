@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import named_transformer as nt
+import named_transformer.interop.onnx as onnx_export
 from named_transformer.interop.onnx import WEIGHT_AXES, AttentionOutputs
 from named_transformer.workflows import cli
 
@@ -153,6 +155,27 @@ def test_run_onnx_names_the_inputs_it_needs(exported):
     _, path, _ = exported["encoder-decoder"]
     with pytest.raises(ValueError, match=r"takes 2 inputs \(source, target\), got 1"):
         nt.run_onnx(path, torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_one_trace_serves_only_models_of_its_architecture(exported):
+    """export_onnx_each traces a model once per architecture key: models that differ
+    only in their weights share one; another configuration (the activation, the
+    vocabulary) gets its own. The check run on each graph that reuses a trace passes
+    for the model the graph computes and refuses one whose weights it does not hold.
+    (The live models copy and reverse share a trace: the test below runs theirs.)"""
+    model, path, _ = exported["decoder-only"]
+    torch.manual_seed(1)
+    other = nt.LanguageModel(VOCAB, TINY).eval()  # the same architecture, new weights
+    gelu = nt.LanguageModel(VOCAB, replace(TINY, activation="gelu")).eval()
+    wider = nt.LanguageModel(VOCAB + 1, TINY).eval()
+    key = onnx_export._architecture(AttentionOutputs(model))
+    assert onnx_export._architecture(AttentionOutputs(other)) == key
+    assert onnx_export._architecture(AttentionOutputs(gelu)) != key
+    assert onnx_export._architecture(AttentionOutputs(wider)) != key
+    example = onnx_export._example(AttentionOutputs(model).interface)
+    onnx_export._check_shared(onnx_export._wrapped(model)[0], example, path)
+    with pytest.raises(ValueError, match="differs from the model's"):
+        onnx_export._check_shared(onnx_export._wrapped(other)[0], example, path)
 
 
 # ----------------------------------------------------------------- the site's models

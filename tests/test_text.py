@@ -156,6 +156,22 @@ def test_bytes_level_trains_and_reloads(tmp_path):
         assert torch.equal(weight, trained[name]), name
 
 
+def test_sample_length_is_the_final_samples_length():
+    """The sample a run returns is the validation text's first 16 characters and
+    ``sample_length`` sampled after them: none at 0 (no sampling work); a negative
+    length is refused by name."""
+    with pytest.raises(ValueError, match="sample_length must be >= 0, got -1"):
+        TextSettings(sample_length=-1)
+    for length in (0, 5):
+        settings = TextSettings(context=8, layers=1, layer=16, heads=2,
+                                batch_size=4, steps=1, eval_every=1,
+                                eval_windows=2, sample_length=length)  # fmt: skip
+        run = train_text(PERIODIC, settings, progress=False)
+        validation = PERIODIC[int(0.9 * len(PERIODIC)) :]
+        assert run["sample"][:16] == validation[:16]
+        assert len(run["sample"]) == 16 + length
+
+
 def test_a_checkpoint_of_a_task_is_refused_by_name(tmp_path):
     model = torch.nn.Linear(2, 2)
     trainer = Trainer(model, [0], list, None, TrainConfig(steps=1))

@@ -9,9 +9,9 @@ figures (``run_workflows.py``, in ``.cache/workflow-runs``) into
 state, well under 2 MB each). The docs build (``docs/hooks/live_models.py``) exports
 them, a parameter-free basic self-attention, the packaged MiniLM and the two-layer
 attention-only model of "Watch a circuit form" (``docs/figures/induction/model.pt``,
-which ``induction_figures.py`` trains) with :func:`named_transformer.export_onnx`. The
-browser tests compare what the page computed with :func:`reference`, the same PyTorch
-models.
+which ``induction_figures.py`` trains) with :func:`named_transformer.export_onnx`
+(``export_onnx_each``: one trace per architecture). The browser tests compare what
+the page computed with :func:`reference`, the same PyTorch models.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ import named_transformer as nt
 import named_transformer.inside as inside
 import named_transformer.workflows.induction as induction
 from named_transformer.axes import checked
-from named_transformer.interop.onnx import INTERFACES, AttentionOutputs, Interface
+from named_transformer.interop.onnx import (
+    INTERFACES,
+    AttentionOutputs,
+    Interface,
+    export_onnx_each,
+)
 from named_transformer.workflows.export import export_minilm, task_metadata
 from named_transformer.workflows.runner import decode_examples, load_run
 from named_transformer.workflows.tasks import detokenize, tokenize
@@ -226,13 +231,12 @@ def reference(name: str) -> Live:
 
 
 def export_all(out: Path) -> list[Path]:
-    """Export every live model into ``out``; return the files written."""
-    for name in LIVE:
-        if name == "minilm":
-            export_minilm(out / "minilm.onnx")
-            continue
-        live = reference(name)
-        nt.export_onnx(live.module.model, out / f"{name}.onnx", live.metadata)
+    """Export every live model into ``out``; return the files written. Models of one
+    architecture (copy and reverse) are traced once (``export_onnx_each``)."""
+    export_minilm(out / "minilm.onnx")
+    lives = {name: reference(name) for name in LIVE if name != "minilm"}
+    export_onnx_each([(live.module.model, out / f"{name}.onnx", live.metadata)
+                      for name, live in lives.items()])  # fmt: skip
     return sorted(out.iterdir())
 
 

@@ -20,7 +20,7 @@ import io
 import json
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,31 +237,133 @@ def export_onnx(
     vocabulary, the longest input, labels …) is stored in the sidecar as given.
     ``example``: inputs to trace with (default: small id tensors).
     """
-    _require("onnxscript")  # the exporter's translator to ONNX
+    wrapped, example = _wrapped(model, example)
+    return _write(_traced(wrapped, example), wrapped, example, path, metadata)
+
+
+def _wrapped(
+    model: nn.Module, example: tuple[Tensor, ...] | None = None
+) -> tuple[AttentionOutputs, tuple[Tensor, ...]]:
+    """``model`` wrapped, run once on ``example`` (default: small id tensors):
+    shape-checked, and the output names filled in."""
     wrapped = AttentionOutputs(model).eval()
-    interface = wrapped.interface
-    example = example or _example(interface)
+    example = example or _example(wrapped.interface)
     with torch.no_grad():
-        wrapped(*example)  # shape-checked once; fills in the output names
+        wrapped(*example)
+    return wrapped, example
+
+
+def _traced(wrapped: AttentionOutputs, example: tuple[Tensor, ...]) -> Any:
+    """PyTorch's exporter's program of ``wrapped`` traced on ``example``, not yet
+    optimised: its initializers are still the parameters and buffers, by name."""
+    _require("onnxscript")  # the exporter's translator to ONNX
+    interface = wrapped.interface
     dims = {a: torch.export.Dim(a) for _, axes in interface.inputs for a in axes}
     dynamic = {name: {i: dims[a] for i, a in enumerate(axes)} or None
                for name, axes in interface.inputs}  # fmt: skip
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Checks ran on the example; while tracing, sizes are symbols, not ints.
     with shape_checks(False), _quiet(), torch.no_grad():
-        torch.onnx.export(
-            wrapped, example, str(path), dynamo=True, external_data=False,
+        return torch.onnx.export(
+            wrapped, example, dynamo=True, optimize=False,
             input_names=[n for n, _ in interface.inputs],
             output_names=wrapped.names,
             dynamic_shapes=(tuple(dynamic.values()),),  # forward(*inputs)
         )  # fmt: skip
+
+
+def _write(
+    program: Any,
+    wrapped: AttentionOutputs,
+    example: tuple[Tensor, ...],
+    path: str | Path,
+    metadata: dict[str, Any] | None,
+    *,
+    keep: bool = False,
+) -> dict[str, Any]:
+    """``program`` with ``wrapped``'s weights, optimised (the exporter's constant
+    folding, common subexpressions …), written with its sidecar. ``keep``: optimise
+    a copy, leaving ``program`` as it was for another model's weights."""
+    import onnx_ir
+
+    weights = {**dict(wrapped.named_parameters(remove_duplicate=False)),
+               **dict(wrapped.named_buffers(remove_duplicate=False))}  # fmt: skip
+    with _quiet(), torch.no_grad():
+        program.apply_weights(weights)
+        optimized = program
+        if keep:  # the optimiser rewrites its graph in place
+            copy = onnx_ir.serde.deserialize_model(
+                onnx_ir.serde.serialize_model(program.model)
+            )
+            optimized = torch.onnx.ONNXProgram(copy, program.exported_program)
+        optimized.optimize()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        optimized.save(str(path), external_data=False)
     sidecar = {**_sidecar(wrapped, example), **(metadata or {})}
     path.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     return sidecar
 
 
 # --8<-- [end:export_onnx]
+
+
+def export_onnx_each(
+    exports: Sequence[tuple[nn.Module, str | Path, dict[str, Any] | None]],
+) -> list[dict[str, Any]]:
+    """:func:`export_onnx` of each ``(model, path, metadata)``, tracing once per
+    architecture; return the sidecars.
+
+    A model of the class, interface and ``config`` of one traced before, whose
+    parameters and buffers have the same names, shapes and dtypes, gets that graph
+    with its own weights: the trace and the exporter's decompositions (most of an
+    export's time) are done once. Its graph must then give its outputs on random
+    ids, run by onnxruntime, to $10^{-4}$: a ValueError otherwise.
+    """
+    wrapped = [_wrapped(model) for model, _, _ in exports]
+    keys = [_architecture(w) for w, _ in wrapped]
+    traced: dict[tuple, Any] = {}
+    sidecars = []
+    for i, ((w, example), key, (_, path, metadata)) in enumerate(
+        zip(wrapped, keys, exports, strict=True)
+    ):
+        shared = key in traced
+        if not shared:
+            traced[key] = _traced(w, example)
+        keep = key in keys[i + 1 :]  # another model's weights come later
+        sidecars.append(_write(traced[key], w, example, path, metadata, keep=keep))
+        if shared:
+            _check_shared(w, example, path)
+    return sidecars
+
+
+def _architecture(wrapped: AttentionOutputs) -> tuple:
+    """What a traced graph depends on besides the weights' values."""
+    model = wrapped.model
+    tensors = [*model.named_parameters(remove_duplicate=False),
+               *model.named_buffers(remove_duplicate=False)]  # fmt: skip
+    return (
+        type(model), wrapped.interface, repr(getattr(model, "config", None)),
+        tuple((name, tuple(t.shape), t.dtype) for name, t in tensors),
+    )  # fmt: skip
+
+
+def _check_shared(
+    wrapped: AttentionOutputs, example: tuple[Tensor, ...], path: str | Path
+) -> None:
+    """The graph at ``path``, another model's trace with ``wrapped``'s weights,
+    computes ``wrapped``: onnxruntime's outputs on random ids equal PyTorch's."""
+    generator = torch.Generator().manual_seed(0)
+    ids = tuple(torch.randint(0, 2, x.shape, generator=generator)
+                if x.dtype == torch.long else x for x in example)  # fmt: skip
+    with torch.no_grad():
+        expected = wrapped(*ids)
+    got = run_onnx(path, *ids).values()
+    for name, want, have in zip(wrapped.names, expected, got, strict=True):
+        if (have - want).abs().max() > 1e-4 * max(1.0, float(want.abs().max())):
+            raise ValueError(
+                f"{path}: output {name!r} differs from the model's: a model of the "
+                "same architecture was traced, yet this one computes differently"
+            )
 
 
 def _sidecar(wrapped: AttentionOutputs, example: tuple[Tensor, ...]) -> dict[str, Any]:

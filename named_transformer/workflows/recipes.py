@@ -105,6 +105,7 @@ class TextSettings:
     target: float = 2.3  # stop at this validation loss, in bits per character
     max_seconds: float = 280.0  # ...or after this long (checked every step)
     sample_every: int = 4  # a sample at the first evaluation, then every 4th (0: none)
+    sample_length: int = 300  # characters sampled once trained (0: no sample)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -116,6 +117,8 @@ class TextSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.target <= 0 or self.max_seconds <= 0:
             raise ValueError("target and max_seconds must be positive")
+        if self.sample_length < 0:
+            raise ValueError(f"sample_length must be >= 0, got {self.sample_length}")
 
     def config(self) -> TransformerConfig:
         """The model's config: GPT-2's pre-norm blocks and GELU, at this size."""

@@ -226,7 +226,8 @@ def train_text(
 
     ``show`` receives each progress line and sample (default: print to stderr).
     Returns the model, codec, trainer, the evaluations ``[(step, bpc)]``, the
-    final validation bpc, the seconds trained and a sample.
+    final validation bpc, the seconds trained and a sample: the validation text's
+    first 16 characters and ``settings.sample_length`` sampled after them.
     """
     settings = settings or TextSettings()
     show = show or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -280,8 +281,11 @@ def train_text(
     model.eval()
     if not evaluations:  # resumed at its last step: nothing left to train
         evaluate(model)
-    with torch.no_grad():
-        tokens = _continue(model, prompt, 300, settings.context, 0.8, generator)
+    tokens = []
+    if settings.sample_length:
+        with torch.no_grad():
+            tokens = _continue(model, prompt, settings.sample_length,
+                               settings.context, 0.8, generator)  # fmt: skip
     run = {
         "model": model, "codec": codec, "trainer": trainer, "settings": settings,
         "evaluations": evaluations, "bpc": evaluations[-1][1], "seconds": seconds,
