@@ -248,8 +248,9 @@ def test_export_onnx_keeps_every_position_scheme(tmp_path):
         layer.self_attention = attention(name, causal=True)
     ours = ours.double().eval()
     kinds = {"alibi": "LinearBiases", "relative": "RelativeTables", "rotary": "Rotary"}
-    assert [type(layer.self_attention.positions).__name__
-            for layer in ours.blocks.layers] == [kinds[n] for n in POSITION_SCHEMES]
+    assert [
+        type(layer.self_attention.positions).__name__ for layer in ours.blocks.layers
+    ] == [kinds[n] for n in POSITION_SCHEMES]
     plain = LanguageModel(VOCAB, config, positions="sinusoidal").double().eval()
     plain.load_state_dict(ours.state_dict(), strict=False)
     nt.export_onnx(ours, tmp_path / "model.onnx")
