@@ -25,10 +25,11 @@ TRACR = [name for name in PROGRAMS if name != "dyck1"]  # see the last test
 def _quick_xla_compiles():
     """Tracr's model runs eagerly: JAX compiles each of its operations once per
     shape, and those compiles are most of this file's time. Without XLA's
-    optimisation passes and with its older CPU fusion emitters (``XLA_FLAGS``, read
-    when JAX first starts its CPU backend: this file is the only one that uses JAX)
-    they compile about three times faster and compute the same values (the residual
-    streams below still agree to 1e-5)."""
+    optimisation passes they compile about a third faster; with XLA's older CPU
+    fusion emitters too (``XLA_FLAGS``, read when JAX first starts its CPU backend:
+    this file is the only one that uses JAX) Tracr's compile of two programs took
+    4.9 CPU-seconds instead of 8.0. The values are the same (the residual streams
+    below still agree to 1e-5)."""
     before = jax.config.values["jax_disable_most_optimizations"]
     flags = os.environ.get("XLA_FLAGS")
     os.environ["XLA_FLAGS"] = f"{flags or ''} --xla_cpu_use_fusion_emitters=false"
@@ -62,7 +63,7 @@ def tracr_models():
 def _tracr_forward(compiled, inputs):
     """Tracr's own forward pass (what ``apply`` runs), a batch of one length,
     compiled whole by ``jax.jit`` (one XLA compile per shape instead of one per
-    operation; the residuals equal the eager pass's to 3e-8, and
+    operation; on ``length`` the residuals equal the eager pass's to 3e-8, and
     ``test_apply_is_the_batched_forward`` checks it against eager ``apply``)."""
     ids = [compiled.input_encoder.encode(["BOS", *x]) for x in inputs]
     out = _jitted(compiled)(compiled.params, jnp.array(ids))
