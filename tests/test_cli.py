@@ -335,7 +335,8 @@ def test_the_default_train_copy_learns_the_task(tmp_path, capsys):
        tiny model, dropout 0, factor 0.3, at most 4,000 steps, early stop once 1,000
        validation items are right 3 times in a row.
     2. The same command, with only the sources shortened to 2 to 4 digits (a smaller
-       instance of the task; everything else the recipe's), learns it: 100.0% of
+       instance of the task; everything else the recipe's) and shape checks off
+       (they check values, never change them: 8% of the run's CPU), learns it: 100.0% of
        1,000 held-out items (99.9%, one item, is allowed: a run on a crowded machine
        has once ended there, for a reason not found yet), stopped early by the
        recipe's rule, before its 4,000 steps.
@@ -351,7 +352,7 @@ def test_the_default_train_copy_learns_the_task(tmp_path, capsys):
     assert (default.eval_size, default.patience, default.target) == (1000, 3, 1.0)
     out = tmp_path / "copy"
     argv = ["train", "copy", "--min-len", "2", "--max-len", "4", "--out", str(out),
-            "--no-figure", "--no-progress"]  # fmt: skip
+            "--no-figure", "--no-progress", "--no-shape-checks"]  # fmt: skip
     assert cli.run_settings(cli.parser().parse_args(argv)) == default.replace(
         min_len=2, max_len=4
     )

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -526,18 +527,19 @@ def test_train_induction_checks_its_paths_and_options_before_training(
     tmp_path, capsys, monkeypatch
 ):
     """The induction recipe refuses a file as its folder, and the options it does not
-    take, in one line each, before any step. The file as its folder is refused by a
-    ``python -m named_transformer`` process; the two options by ``main`` in this
-    process (the same checks, without importing torch twice more)."""
+    take, in one line each on stderr (and no warning, which a process would print
+    there too), exit status 2, before any step: ``main`` in this process (what
+    ``python -m named_transformer`` returns as its exit status; the process itself,
+    its start, Ctrl-C and exit status, is checked by the tests above on ``train
+    copy``)."""
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     argv = ["train", "induction", "--steps", "2", "--no-figure"]
-    done = subprocess.run([sys.executable, "-m", "named_transformer", *argv,
-                           "--out", str(a_file)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert "is a file, not a folder" in done.stderr and len(lines) == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main([*argv, "--out", str(a_file)]) == 2
+    assert [str(w.message) for w in caught] == []
+    assert "is a file, not a folder" in _one_error_line(capsys)
     monkeypatch.chdir(tmp_path)  # the default --out, runs/induction, lies here
     refused = [(["--resume"], "takes no --resume"),
                (["--max-seconds", "5"], "takes no --max-seconds")]  # fmt: skip

@@ -228,20 +228,30 @@ def test_to_huggingface_still_converts_gpt2_and_computes_the_same():
         assert (ours(tokens) - want).abs().max() < 1e-12
 
 
-@pytest.mark.parametrize("name", POSITION_SCHEMES)
-def test_export_onnx_keeps_the_position_scheme(name, tmp_path):
-    """export_onnx traces the module, so the scheme is in the graph: onnxruntime's
-    log-probabilities and attention weights equal the named model's at sizes other
-    than the traced ones (float64; onnxruntime's float64 kernels differ from
-    PyTorch's by about 1e-7, with or without a scheme), where the same weights
-    without the scheme differ by far more."""
+def test_export_onnx_keeps_every_position_scheme(tmp_path):
+    """export_onnx traces the module, so each scheme is in the graph. One model holds
+    them all, one scheme's self-attention a layer (ALiBi, relative, rotary: each
+    layer's attention weights are an output of their own), so one export checks
+    every scheme: onnxruntime's log-probabilities and every layer's attention weights
+    equal the named model's at sizes other than the traced ones (float64;
+    onnxruntime's float64 kernels differ from PyTorch's by about 1e-7, with or
+    without a scheme), where the same weights without the schemes differ by far
+    more. (It was one export a scheme, each a one-layer model with the scheme as its
+    ``positions``.)"""
     pytest.importorskip("onnxruntime")
-    config = TransformerConfig(**{**TINY.__dict__, "decoder_layers": 1})
+    config = TransformerConfig(
+        **{**TINY.__dict__, "decoder_layers": len(POSITION_SCHEMES)}
+    )
     torch.manual_seed(0)
-    ours = LanguageModel(VOCAB, config, positions=name, max_distance=DISTANCE)
+    ours = LanguageModel(VOCAB, config, positions="sinusoidal")
+    for layer, name in zip(ours.blocks.layers, POSITION_SCHEMES, strict=True):
+        layer.self_attention = attention(name, causal=True)
     ours = ours.double().eval()
+    kinds = {"alibi": "LinearBiases", "relative": "RelativeTables", "rotary": "Rotary"}
+    assert [
+        type(layer.self_attention.positions).__name__ for layer in ours.blocks.layers
+    ] == [kinds[n] for n in POSITION_SCHEMES]
     plain = LanguageModel(VOCAB, config, positions="sinusoidal").double().eval()
-    plain.positions = ours.positions  # dropout only: the scheme is the difference
     plain.load_state_dict(ours.state_dict(), strict=False)
     nt.export_onnx(ours, tmp_path / "model.onnx")
     tokens = torch.randint(VOCAB, (3, 9))
@@ -251,6 +261,7 @@ def test_export_onnx_keeps_the_position_scheme(name, tmp_path):
             ours, ["blocks.layers.{}.self_attention.weights"], tokens
         )
         without = plain(tokens)
+    assert len(outputs) == 1 + len(POSITION_SCHEMES) == 1 + len(weights)
     assert (outputs[0] - log_probs).abs().max() < 1e-6
     for got, want in zip(outputs[1:], weights, strict=True):
         assert (got - want).abs().max() < 1e-6
