@@ -101,6 +101,30 @@ def widget_pages(site_dir: Path) -> dict[str, str]:
     return found
 
 
+# ntLive without the weights, as a plain object
+LIVE_JS = """(e) => { const out = {};
+                     for (const k of Object.keys(e.ntLive))
+                       if (k !== "weights") out[k] = e.ntLive[k];
+                     return out; }"""
+# Resolves with ntLive (no weights) once data-runs exceeds n or the widget fails;
+# rejects after ms.
+WAIT_JS = f"""(e, [n, ms]) => new Promise((done, fail) => {{
+  const ready = () => Number(e.dataset.runs || 0) > n || e.dataset.state === "error";
+  if (ready()) return done(({LIVE_JS})(e));
+  const watch = new MutationObserver(() => {{
+    if (!ready()) return;
+    watch.disconnect();
+    clearTimeout(timer);
+    done(({LIVE_JS})(e));
+  }});
+  const timer = setTimeout(() => {{
+    watch.disconnect();
+    fail(new Error(`the widget did not recompute in ${{ms}} ms`));
+  }}, ms);
+  watch.observe(e, {{attributes: true, attributeFilter: ["data-runs", "data-state"]}});
+}})"""
+
+
 class Widget:
     """A page showing the widget of one model, and how to drive it."""
 
@@ -129,12 +153,13 @@ class Widget:
 
     def live(self) -> dict[str, Any]:
         """ntLive without the weights (read apart: MiniLM's are large)."""
-        return self.root.evaluate(
-            """e => { const out = {};
-                      for (const k of Object.keys(e.ntLive))
-                        if (k !== "weights") out[k] = e.ntLive[k];
-                      return out; }"""
-        )
+        return self.root.evaluate(f"e => ({LIVE_JS})(e)")
+
+    def view(self) -> dict[str, Any]:
+        """What the reader sees, in one call: the message line (``message``: its text,
+        whether it is shown, its kind), the caption, the input's token chips, the
+        first map's grid (None without a map) and the widths of ``FITS_JS``."""
+        return self.root.evaluate(VIEW_JS)
 
     def weights(self) -> dict[str, np.ndarray]:
         """Every attention map on the page, as float32 arrays (sent as base64, which
@@ -166,32 +191,31 @@ class Widget:
         """Put ``text`` in the box (an input event, as typing makes) and wait for the
         widget to recompute; when the box holds ``text`` and the widget has read it
         (an earlier test left it so), what it computed then."""
-        before = int(self.root.get_attribute("data-runs") or 0)
+        now = self.root.evaluate(
+            f"""e => ({{runs: Number(e.dataset.runs || 0), live: ({LIVE_JS})(e),
+                       box: e.querySelector("input.nt-live__input").value}})"""
+        )
+        before = now["runs"]
         box = self.root.locator("input.nt-live__input")
-        if box.input_value() == text:
-            live = self.live()
-            if live["text"] == text:
-                return live
+        if now["box"] == text:
+            if now["live"]["text"] == text:
+                return now["live"]
             box.fill(text + " ")  # the same text fires no event: change it twice
             self._wait(before)
             before += 1
         box.fill(text)
-        self._wait(before)
-        return self.live()
+        return self._wait(before)
 
     def toggle_causal(self) -> dict[str, Any]:
         before = int(self.root.get_attribute("data-runs") or 0)
         self.root.locator("input[name=causal]").click()
-        self._wait(before)
-        return self.live()
+        return self._wait(before)
 
-    def _wait(self, before: int) -> None:
-        self.page.wait_for_function(
-            "([e, n]) => Number(e.dataset.runs || 0) > n"
-            " || e.dataset.state === 'error'",
-            arg=[self.root.element_handle(), before],
-            timeout=RUN_MS,
-        )
+    def _wait(self, before: int) -> dict[str, Any]:
+        """Wait until the widget has run more than ``before`` times (or failed), then
+        what it computed: one call, woken by the change of ``data-runs`` (no polling,
+        which drew a frame of the page at every step)."""
+        return self.root.evaluate(WAIT_JS, [before, RUN_MS])
 
     def shot(self, folder: Path | None, state: str, width: int) -> Path | None:
         if folder is None:  # NT_SCREENSHOTS unset
@@ -253,10 +277,13 @@ class Widgets:
             self.ready[width, name] = widget
         widget = self.ready[width, name]
         widget.root.scroll_into_view_if_needed()
-        causal = widget.root.locator("input[name=causal]")
-        if causal.count() and causal.is_checked():
-            widget.toggle_causal()
-        if text is not None and widget.live()["text"] != text:
+        now = widget.root.evaluate(
+            """e => ({causal: e.querySelector("input[name=causal]")?.checked ?? false,
+                      text: e.ntLive.text})"""
+        )
+        if now["causal"]:
+            now["text"] = widget.toggle_causal()["text"]
+        if text is not None and now["text"] != text:
             widget.type(text)
         return widget
 
@@ -518,6 +545,21 @@ FITS_JS = """(e) => {
 }"""
 
 
+VIEW_JS = f"""(e) => {{
+  const m = e.querySelector(".nt-live__message");
+  const canvas = e.querySelector("canvas");
+  return {{
+    message: {{text: m.textContent, shown: !m.hidden && m.offsetHeight > 0,
+              problem: m.classList.contains("nt-live__message--problem"),
+              warning: m.classList.contains("nt-live__message--warning")}},
+    caption: e.querySelector(".nt-live__title").innerText,
+    chips: e.querySelectorAll(".nt-live__tokens .nt-live__token").length,
+    grid: canvas ? JSON.parse(canvas.dataset.grid) : null,
+    fit: ({FITS_JS})(e),
+  }};
+}}"""
+
+
 def resize(page, width: int, height: int) -> None:
     """Resize the window and wait until the page has laid itself out and drawn a frame
     at the new size (the widget redraws from a ResizeObserver, which runs before it)."""
@@ -678,20 +720,6 @@ def test_sidecars_carry_the_trained_lengths(site_dir) -> None:
             assert "trained_lengths" not in spec, name
 
 
-def message_shown(widget: Widget) -> dict[str, Any]:
-    """The message line as the reader sees it: its text, whether it is shown, and its
-    kind (problem, warning or a plain note)."""
-    return widget.root.locator(".nt-live__message").evaluate(
-        """m => ({text: m.textContent, shown: !m.hidden && m.offsetHeight > 0,
-                  problem: m.classList.contains("nt-live__message--problem"),
-                  warning: m.classList.contains("nt-live__message--warning")})"""
-    )
-
-
-def caption(widget: Widget) -> str:
-    return widget.root.locator(".nt-live__title").inner_text()
-
-
 @pytest.mark.parametrize("name", RANGED)
 def test_widget_warns_outside_the_trained_lengths(name, site_dir, widgets,
                                                   shots) -> None:  # fmt: skip
@@ -707,7 +735,8 @@ def test_widget_warns_outside_the_trained_lengths(name, site_dir, widgets,
         text = digits[:n]
         live = widget.type(text)
         compare(widget, live, name, spec, text)  # the maps and the answer
-        shown = message_shown(widget)
+        view = widget.view()
+        shown = view["message"]
         if low <= n <= high:
             assert live["note"] == "" and not live["warning"], live["note"]
             assert not shown["shown"], shown
@@ -736,8 +765,8 @@ def test_widget_warns_outside_the_trained_lengths(name, site_dir, widgets,
             ), live["note"]
             assert live["warning"] and shown["warning"] and shown["shown"], shown
             text = text[:most]
-        assert caption(widget) == f"{name}: “{text}” → “{live['output']}”"
-        assert spec["example"] not in caption(widget) or spec["example"] in text
+        assert view["caption"] == f"{name}: “{text}” → “{live['output']}”"
+        assert spec["example"] not in view["caption"] or spec["example"] in text
         report.append(f"{n} digits: {live['note'] or 'no note'}")
         widget.shot(shots, f"length-{n}", 1280)
     print(f"{name}: " + "; ".join(report))
@@ -796,21 +825,21 @@ def test_widget_reads_odd_input(name, site_dir, widgets, shots) -> None:
         widget = widgets.get(width, name)
         for state, text in odd_inputs(spec).items():
             live = widget.type(text)
-            shown = message_shown(widget)
-            fit = widget.root.evaluate(FITS_JS)
+            view = widget.view()
+            shown, fit, shown_caption = view["message"], view["fit"], view["caption"]
             where = f"{name} at {width} px, {state}"
             assert fit["page"] <= fit["client"] + 1, f"{where}: page {fit}"
             assert fit["widget"] <= fit["widgetClient"] + 1, f"{where}: {fit}"
             assert fit["right"] <= fit["articleRight"] + 1, f"{where}: {fit}"
             assert live["state"] == "ready", f"{where}: {live['message']}"
-            chips = widget.root.locator(".nt-live__tokens .nt-live__token").count()
+            chips = view["chips"]
             if live["message"]:  # the input cannot be used
                 assert readable(live["message"]), f"{where}: {live['message']!r}"
                 assert shown["shown"] and shown["problem"], f"{where}: {shown}"
                 assert shown["text"] == live["message"]
                 assert live["ids"] == {} and not fit["canvas"] and chips == 0, where
                 if follows:
-                    assert caption(widget) == spec["name"], where
+                    assert shown_caption == spec["name"], where
                 if state in ("empty", "spaces"):
                     assert live["message"].startswith("Type"), live["message"]
                 report.append(f"{width} {state}: {live['message']}")
@@ -824,9 +853,7 @@ def test_widget_reads_odd_input(name, site_dir, widgets, shots) -> None:
                     queries = live["queries"][entry["output"]]
                     assert queries and live["keys"][entry["output"]], where
                 assert fit["canvas"], f"{where}: no map drawn"
-                grid = json.loads(
-                    widget.root.locator("canvas").first.get_attribute("data-grid")
-                )
+                grid = view["grid"]
                 assert grid["rows"] >= 1 and grid["cols"] >= 1 and grid["cell"] > 0
                 used = chips
                 if live["note"]:
@@ -842,12 +869,12 @@ def test_widget_reads_odd_input(name, site_dir, widgets, shots) -> None:
                     shown_output = live["output"]
                     if len(shown_output) > 48:
                         shown_output = shown_output[:47] + "…"
-                    assert caption(widget).startswith(f"{spec['name']}: “"), where
+                    assert shown_caption.startswith(f"{spec['name']}: “"), where
                     ending = f" → “{shown_output}”"
-                    assert caption(widget).endswith(ending), where
-                    assert len(caption(widget)) <= len(spec["name"]) + 2 * 48 + 9
+                    assert shown_caption.endswith(ending), where
+                    assert len(shown_caption) <= len(spec["name"]) + 2 * 48 + 9
                 else:
-                    assert caption(widget) == spec["title"], where
+                    assert shown_caption == spec["title"], where
                 report.append(f"{width} {state}: {used} tokens, "
                               f"note {live['note']!r}")  # fmt: skip
             widget.shot(shots, f"odd-{state.replace(' ', '-')}", width)
