@@ -117,19 +117,32 @@ def built_site() -> Path | None:
     return site
 
 
+# The longest site file (about four minutes of one worker) is handed out first of all;
+# the second next after the files that need no site, then the other site files.
+SITE_FILES_FIRST = ("test_live_browser.py", "test_site_browser.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files with a test that reads the built site go last, whole, keeping the
-    order of files and of tests: under CI the build is then done, or nearly, when they
-    start, and no worker is handed one while files that need no site remain to hand
-    out (pytest-xdist hands out whole files in this order: ``--no-loadscope-reorder``
-    in pyproject)."""
+    order of tests (pytest-xdist hands out whole files in this order:
+    ``--no-loadscope-reorder`` in pyproject), but for the longest: it goes first.
+    Under CI its worker waits for the docs build while the other runs the files that
+    need no site (the build and that worker keep both cores busy), then runs it beside
+    them, so it is not left running alone at the end; the other site files start when
+    the build is done and no file that needs no site remains to hand out."""
     site_files = {
         item.path for item in items
         if SITE_FIXTURES & set(getattr(item, "fixturenames", ()))
     }  # fmt: skip
-    items[:] = [item for item in items if item.path not in site_files] + [
-        item for item in items if item.path in site_files
-    ]
+
+    def place(item: pytest.Item) -> int:
+        if item.path not in site_files:
+            return 1
+        if item.path.name == SITE_FILES_FIRST[0]:
+            return 0
+        return 2 if item.path.name in SITE_FILES_FIRST else 3
+
+    items.sort(key=place)  # stable: files and tests keep their order within a place
 
 
 @pytest.fixture(scope="session")
