@@ -97,8 +97,8 @@ def test_ablating_the_previous_token_head_removes_the_induction_pattern(trained)
         after = head_scores(model, SHORT, edits)["induction"][1][head]
         if (layer, ablated) == (0, previous):
             assert after < score / 2
-        else:
-            assert after > score - 0.1
+        else:  # at 1,500 steps: 0.70 -> 0.61 (head 0.1), 0.70 (head 1.0)
+            assert after > 0.8 * score
 
 
 def test_the_previous_token_head_composes_most_with_the_induction_head(trained):
