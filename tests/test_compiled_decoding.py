@@ -86,9 +86,7 @@ def test_a_later_prompt_and_a_sliding_window_prompt_run_eagerly_and_equal_the_ca
     cached = IncrementalDecoder(model)
     later = torch.cat([start, torch.randint(4, VOCAB, (2, 3))], -1)
     for tokens in (start, later):  # the second: three tokens after a cached prompt
-        torch.testing.assert_close(
-            compiled(tokens), cached(tokens), rtol=0, atol=1e-10
-        )
+        torch.testing.assert_close(compiled(tokens), cached(tokens), rtol=0, atol=1e-10)
     model.config = replace(model.config, window=3)
     windowed = greedy(CompiledDecoder(model, capacity=12, backend="eager"), later, 3)
     reference = greedy(IncrementalDecoder(model), later, 3)
