@@ -3,6 +3,8 @@ one graph for every position, and refuses what it cannot do."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -47,13 +49,14 @@ def test_one_graph_serves_every_position_and_every_decoder():
 
     torch._dynamo.reset()
     model = model_for("decoder-only", "sinusoidal", False, 4)
-    start = torch.randint(4, VOCAB, (2, 2))
-    for _ in range(2):
-        greedy(CompiledDecoder(model, capacity=8, backend=counting), start, 6)
-    assert len(graphs) == 1
+    # prompts of three lengths: one graph for the prompts, one for the steps
+    for length in (2, 5, 3):
+        start = torch.randint(4, VOCAB, (2, length))
+        greedy(CompiledDecoder(model, capacity=12, backend=counting), start, 6)
+    assert len(graphs) == 2
 
 
-def test_a_prompt_goes_in_one_eager_pass_then_one_compiled_step_a_token():
+def test_a_prompt_goes_in_one_compiled_pass_then_one_compiled_step_a_token():
     steps = []
 
     def counting(graph, example_inputs):
@@ -68,10 +71,29 @@ def test_a_prompt_goes_in_one_eager_pass_then_one_compiled_step_a_token():
     start = torch.randint(4, VOCAB, (2, 5))
     ours = greedy(CompiledDecoder(model, capacity=9, backend=counting), start, 4)
     reference = greedy(IncrementalDecoder(model), start, 4)
-    # greedy's log-probabilities come from the prompt's pass and three compiled steps
-    assert len(steps) == 3
+    # greedy's log-probabilities come from the prompt's pass and three steps, all
+    # compiled
+    assert len(steps) == 4
     assert torch.equal(ours.tokens, reference.tokens)
     torch.testing.assert_close(ours.log_probs, reference.log_probs, rtol=0, atol=1e-10)
+
+
+def test_a_later_prompt_and_a_sliding_window_prompt_run_eagerly_and_equal_the_cache():
+    torch._dynamo.reset()
+    model = model_for("decoder-only", "sinusoidal", False, 8)
+    start = torch.randint(4, VOCAB, (2, 4))
+    compiled = CompiledDecoder(model, capacity=12, backend="eager")
+    cached = IncrementalDecoder(model)
+    later = torch.cat([start, torch.randint(4, VOCAB, (2, 3))], -1)
+    for tokens in (start, later):  # the second: three tokens after a cached prompt
+        torch.testing.assert_close(compiled(tokens), cached(tokens), rtol=0, atol=1e-10)
+    model.config = replace(model.config, window=3)
+    windowed = greedy(CompiledDecoder(model, capacity=12, backend="eager"), later, 3)
+    reference = greedy(IncrementalDecoder(model), later, 3)
+    assert torch.equal(windowed.tokens, reference.tokens)
+    torch.testing.assert_close(
+        windowed.log_probs, reference.log_probs, rtol=0, atol=1e-10
+    )
 
 
 def test_beam_search_reorders_the_fixed_cache():

@@ -291,3 +291,27 @@ def test_beam_search_returns_a_finished_hypothesis_over_a_likelier_unfinished_on
     beams = found.extra["beams"].tolist()
     assert beams[0] == [[A, A, A], [EOS, PAD, PAD]] and EOS not in sum(beams[1], [])
     assert math.log(0.6 * 0.9 * 0.9) / length_penalty(3, 0.6) > expected[0]
+
+
+def test_a_prompt_from_position_0_runs_the_fused_kernel_and_equals_recomputing(
+    monkeypatch,
+):
+    from named_transformer.decoding import incremental
+
+    calls = []
+    kernel = incremental.F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["is_causal"])
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(incremental.F, "scaled_dot_product_attention", spy)
+    model = model_for("decoder-only", "sinusoidal", True, 9)
+    start = torch.randint(4, VOCAB, (3, 6))
+    with torch.no_grad():
+        cached = greedy(IncrementalDecoder(model), start, 4)
+        full = greedy(IncrementalDecoder(model, cache=False), start, 4)
+    # the prompt's pass in each of the two layers; the one-token steps materialise
+    assert calls == [True, True]
+    assert torch.equal(cached.tokens, full.tokens)
+    torch.testing.assert_close(cached.log_probs, full.log_probs, rtol=0, atol=1e-10)

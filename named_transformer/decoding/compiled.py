@@ -16,9 +16,11 @@ which gives every slot after $j$ the weight 0: the same output as attending over
 $j + 1$ positions seen (a test checks it). The position $j$ enters the step as a tensor,
 not as a Python number, so one compiled graph serves every position.
 
-A prompt goes through the same step eagerly, all its tokens at once: each query $j$
-of the prompt sees the slots $i \le j$, one product per weight for the whole prompt
-instead of one compiled step per token.
+A prompt goes in one pass, all its tokens at once: each query $j$ of the prompt sees
+the slots $i \le j$, one product per weight for the whole prompt instead of one
+compiled step per token. That pass is compiled too, as a second graph whose prompt
+length is a symbol, so one graph serves every length; its attention is the causal
+rule, which PyTorch's fused kernel applies (the cached decoder's prompt core).
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ class CompiledDecoder(IncrementalDecoder):
     ``backend="inductor"``); later calls, and later decoders of the same model, batch
     size and capacity, reuse it. A new batch size or capacity compiles again
     (``torch.compile`` keeps up to 8 versions of one function). The compiled step runs
-    with shape checks off: they cannot run inside a compiled graph. Several new tokens
-    (a prompt) go through the same step eagerly, in one pass, before the compiled step
-    takes one token at a time. The model must be in eval mode
+    with shape checks off: they cannot run inside a compiled graph. A prompt from
+    position 0 goes in one pass, compiled apart (one graph for every prompt length,
+    compiled on the first prompt), before the compiled step takes one token at a
+    time; a later prompt (several tokens after a cached prefix) and a prompt under a
+    sliding window run eagerly. The model must be in eval mode
     (its position table is read once). Its self-attention's position part must take
     the position as a tensor (``Positions.takes_tensor_offset``): none, rotary and
     ALiBi do; relative positions are refused (their table lookup needs the position
@@ -90,6 +94,9 @@ class CompiledDecoder(IncrementalDecoder):
         self._compiled = torch.compile(
             self._step_at, fullgraph=True, dynamic=False, backend=backend
         )
+        self._compiled_prompt = torch.compile(
+            self._step, fullgraph=True, dynamic=False, backend=backend
+        )
 
     def _allocate(self, batch: int) -> None:
         table = self.embedding.table
@@ -115,16 +122,31 @@ class CompiledDecoder(IncrementalDecoder):
             )
         if self.caches[0].keys is None:
             self._allocate(tokens.shape[0])
-        first = torch.tensor([self.length], device=tokens.device)
-        if tokens.shape[-1] - self.length > 1:  # a prompt: eagerly, in one pass
-            log_probs = self._step_at(tokens[:, self.length :], first)
+        new = tokens[:, self.length :]
+        if new.shape[-1] > 1 and self.window is None:  # a prompt, in one pass
+            log_probs = self._prompt(new)
+        elif new.shape[-1] > 1:  # under a sliding window: over every slot, eagerly
+            first = torch.tensor([self.length], device=tokens.device)
+            log_probs = self._step_at(new, first)
         else:
+            first = torch.tensor([self.length], device=tokens.device)
             # a fresh copy: a slice of tokens would have strides that change every step
-            new = tokens[:, self.length :].clone(memory_format=torch.contiguous_format)
+            new = new.clone(memory_format=torch.contiguous_format)
             with shape_checks(False):
                 log_probs = self._compiled(new, first)
         self.length = tokens.shape[-1]
         return log_probs[:, -1]
+
+    def _prompt(self, new: Tensor) -> Tensor:
+        """A prompt's step: its slots written, each query attending the slots seen
+        up to its own. From position 0, compiled (one graph for every length); a
+        later prompt (a reply continued), eagerly."""
+        if self.length > 0:
+            return self._step(new, self.length)
+        new = new.clone(memory_format=torch.contiguous_format)
+        torch._dynamo.mark_dynamic(new, 1)  # seq: one graph for every length
+        with shape_checks(False):
+            return self._compiled_prompt(new, 0)
 
     def _step_at(self, new: Tensor, first: Tensor) -> Tensor:
         """The step of the tokens ``new`` from position ``first`` (a tensor of one
@@ -140,12 +162,16 @@ class CompiledDecoder(IncrementalDecoder):
         entry: _LayerCache,
         keys: Tensor,
         values: Tensor,
-        first: Tensor,
-        mask: None,
+        first: Tensor | int,
+        mask: Tensor | None,
     ):
-        """Write the slots from ``first`` on of the fixed buffers; attend over every
-        slot, each query masking those after its own (and, under a sliding window,
-        those before the window)."""
+        """Write the slots from ``first`` on of the fixed buffers. A prompt (``first``
+        a number, no sliding window) attends the slots seen so far under its causal
+        ``mask``, as the eager cache does (its buffers have room); a step (``first`` a
+        tensor) attends over every slot, each query masking those after its own (and,
+        under a sliding window, those before the window)."""
+        if not isinstance(first, Tensor):
+            return super()._remember(entry, keys, values, first, mask)
         written = _positions(first, keys.shape[-2])
         entry.keys.index_copy_(  # allow-raw: write the new slots of seq in place
             -2, written, keys

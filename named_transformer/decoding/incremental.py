@@ -34,14 +34,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from named_transformer.core.feedforward import feed_forward, gated_feed_forward
 from named_transformer.core.masks import causal_mask, sliding_window_mask
 from named_transformer.core.norm import layer_norm, rms_norm
+from named_transformer.models.cores import Automatic, Core, Materialise
 from named_transformer.models.multihead import (
     Heads,
     MultiHeadAttention,
+    _attention_by_core,
     attend_projected,
     project_heads,
     project_qkv,
@@ -107,6 +110,66 @@ def _cached_attention(
         heads, attention.w_o, attention.b_o, mask, variant=variant, offset=offset
     )
     return outputs
+
+
+class _PromptCore(Core):
+    r"""The core a cached step runs for a materialising or automatic attention:
+    PyTorch's fused ``scaled_dot_product_attention`` for a prompt read from position
+    0, where the mask is the causal rule; the attention's own core otherwise.
+
+    A step discards the attention weights, so the core that materialises them for
+    the pages only costs time here: on SmolLM2's 256-token prompt the weights, their
+    mask and the copies that lay the grouped heads out for the products took a tenth
+    of the prefill. The kernel computes the same function (tests/test_fast.py checks
+    ``scaled_dot_product_attention`` against the equation, causal masks included),
+    skipping the hidden half of the scores and taking the grouped heads as they are.
+
+    The decoder's masks are its own: without a sliding window, a square one (as many
+    queries as keys) is ``causal_mask(seq_q, seq)``, the first query at position 0,
+    which ``is_causal=True`` applies without a mask, compiled too (where the mask
+    cannot be compared).
+    """
+
+    groups_heads = True  # the kernel takes them as they are; the fallback splits them
+
+    def __init__(self, core: Core, *, square_is_causal: bool) -> None:
+        self.core, self.square_is_causal = core, square_is_causal
+        self.name = core.name
+        self.returns_weights = core.returns_weights
+        self.takes_value_terms = core.takes_value_terms
+
+    def causal_prompt(self, queries, keys, values, mask, bias, dropout, value_term):
+        """Whether this call is a prompt from position 0 that the kernel computes."""
+        seq_q = queries.shape[-2]
+        return (
+            self.square_is_causal
+            and value_term is None and bias is None and dropout == 0.0
+            and mask is not None and seq_q > 1
+            and mask.shape[-2:] == (seq_q, seq_q) == keys.shape[-2:-1] * 2
+            and queries.ndim == keys.ndim == values.ndim == 4
+            and queries.dtype == keys.dtype == values.dtype
+            and keys.shape[0] == queries.shape[0]
+        )  # fmt: skip
+
+    def __call__(self, queries, keys, values, mask, bias, dropout, value_term=None):
+        if self.causal_prompt(queries, keys, values, mask, bias, dropout, value_term):
+            outputs = F.scaled_dot_product_attention(  # allow-raw: the fused kernel
+                queries, keys, values, is_causal=True,
+                enable_gqa=keys.shape[-3] != queries.shape[-3],
+            )  # fmt: skip
+            return outputs, None
+        return _attention_by_core(
+            self.core, Heads(queries, keys, values), mask, bias, dropout, value_term
+        )
+
+
+def _prompt_variant(variant: AttentionVariant, window: int | None) -> AttentionVariant:
+    """``variant`` with a materialising or automatic core computed by
+    :class:`_PromptCore` (any other core, chosen explicitly, runs as it is)."""
+    if type(variant.core) not in (Automatic, Materialise):
+        return variant
+    core = _PromptCore(variant.core, square_is_causal=window is None)
+    return variant._replace(core=core)
 
 
 def _grow(buffer: Tensor | None, length: int, new: Tensor) -> Tensor:
@@ -212,10 +275,14 @@ class _LayerPlan:
     cross_variant: AttentionVariant | None
 
     @classmethod
-    def of(cls, layer: nn.Module, *, direct: bool) -> _LayerPlan:
+    def of(
+        cls, layer: nn.Module, *, direct: bool, window: int | None = None
+    ) -> _LayerPlan:
         """The plan of ``layer``: its modules' equations called directly where
         ``direct`` and the module is exactly a kind known here (a subclass may
-        compute something else), else the modules."""
+        compute something else), and its self-attention's prompts from position 0
+        by the fused kernel (:class:`_PromptCore`; ``window``: the decoder's
+        sliding window, None: none); else the modules."""
         residuals = {}
         for name in _RESIDUALS:
             residual = getattr(layer, name, None)
@@ -227,8 +294,10 @@ class _LayerPlan:
         if direct and type(feed_forward) in _FEED_FORWARDS:
             feed_forward = _FeedForward(feed_forward)
         cross = getattr(layer, "cross_attention", None)
+        variant = layer.self_attention.variant()
         return cls(
-            residuals, feed_forward, layer.self_attention.variant(),
+            residuals, feed_forward,
+            _prompt_variant(variant, window) if direct else variant,
             None if cross is None else cross.variant(),
         )  # fmt: skip
 
@@ -293,9 +362,12 @@ class IncrementalDecoder:
         )
         self.layers = list(layers)
         self.caches = [_LayerCache() for _ in self.layers]
-        self.plans = [_LayerPlan.of(layer, direct=True) for layer in self.layers]
         self.length = 0
         self.window = getattr(getattr(model, "config", None), "window", None)
+        self.plans = [
+            _LayerPlan.of(layer, direct=True, window=self.window)
+            for layer in self.layers
+        ]
         if cache:
             for layer, entry in zip(self.layers, self.caches, strict=True):
                 _stacked_weights(layer.self_attention, entry)
