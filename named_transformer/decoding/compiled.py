@@ -16,11 +16,10 @@ which gives every slot after $j$ the weight 0: the same output as attending over
 $j + 1$ positions seen (a test checks it). The position $j$ enters the step as a tensor,
 not as a Python number, so one compiled graph serves every position.
 
-A prompt goes in one pass, all its tokens at once: each query $j$ of the prompt sees
-the slots $i \le j$, one product per weight for the whole prompt instead of one
-compiled step per token. That pass is compiled too, as a second graph whose prompt
-length is a symbol, so one graph serves every length; its attention is the causal
-rule, which PyTorch's fused kernel applies (the cached decoder's prompt core).
+A prompt goes eagerly, in one pass, all its tokens at once: each query $j$ of the
+prompt sees the slots $i \le j$ written so far, one product per weight for the whole
+prompt instead of one compiled step per token; from position 0 its attention is the
+causal rule, which PyTorch's fused kernel applies (the cached decoder's prompt core).
 """
 
 from __future__ import annotations
@@ -46,11 +45,9 @@ class CompiledDecoder(IncrementalDecoder):
     ``backend="inductor"``); later calls, and later decoders of the same model, batch
     size and capacity, reuse it. A new batch size or capacity compiles again
     (``torch.compile`` keeps up to 8 versions of one function). The compiled step runs
-    with shape checks off: they cannot run inside a compiled graph. A prompt from
-    position 0 goes in one pass, compiled apart (one graph for every prompt length,
-    compiled on the first prompt), before the compiled step takes one token at a
-    time; a later prompt (several tokens after a cached prefix) and a prompt under a
-    sliding window run eagerly. The model must be in eval mode
+    with shape checks off: they cannot run inside a compiled graph. Several new tokens
+    (a prompt) go eagerly, in one pass, before the compiled step takes one token at a
+    time. The model must be in eval mode
     (its position table is read once). Its self-attention's position part must take
     the position as a tensor (``Positions.takes_tensor_offset``): none, rotary and
     ALiBi do; relative positions are refused (their table lookup needs the position
@@ -94,9 +91,6 @@ class CompiledDecoder(IncrementalDecoder):
         self._compiled = torch.compile(
             self._step_at, fullgraph=True, dynamic=False, backend=backend
         )
-        self._compiled_prompt = torch.compile(
-            self._step, fullgraph=True, dynamic=False, backend=backend
-        )
 
     def _allocate(self, batch: int) -> None:
         table = self.embedding.table
@@ -123,8 +117,8 @@ class CompiledDecoder(IncrementalDecoder):
         if self.caches[0].keys is None:
             self._allocate(tokens.shape[0])
         new = tokens[:, self.length :]
-        if new.shape[-1] > 1 and self.window is None:  # a prompt, in one pass
-            log_probs = self._prompt(new)
+        if new.shape[-1] > 1 and self.window is None:  # a prompt: eagerly, one pass
+            log_probs = self._step(new, self.length)
         elif new.shape[-1] > 1:  # under a sliding window: over every slot, eagerly
             first = torch.tensor([self.length], device=tokens.device)
             log_probs = self._step_at(new, first)
@@ -136,17 +130,6 @@ class CompiledDecoder(IncrementalDecoder):
                 log_probs = self._compiled(new, first)
         self.length = tokens.shape[-1]
         return log_probs[:, -1]
-
-    def _prompt(self, new: Tensor) -> Tensor:
-        """A prompt's step: its slots written, each query attending the slots seen
-        up to its own. From position 0, compiled (one graph for every length); a
-        later prompt (a reply continued), eagerly."""
-        if self.length > 0:
-            return self._step(new, self.length)
-        new = new.clone(memory_format=torch.contiguous_format)
-        torch._dynamo.mark_dynamic(new, 1)  # seq: one graph for every length
-        with shape_checks(False):
-            return self._compiled_prompt(new, 0)
 
     def _step_at(self, new: Tensor, first: Tensor) -> Tensor:
         """The step of the tokens ``new`` from position ``first`` (a tensor of one
