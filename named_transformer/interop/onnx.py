@@ -241,18 +241,6 @@ def export_onnx(
     return _write(_traced(wrapped, example), wrapped, example, path, metadata)
 
 
-def _wrapped(
-    model: nn.Module, example: tuple[Tensor, ...] | None = None
-) -> tuple[AttentionOutputs, tuple[Tensor, ...]]:
-    """``model`` wrapped, run once on ``example`` (default: small id tensors):
-    shape-checked, and the output names filled in."""
-    wrapped = AttentionOutputs(model).eval()
-    example = example or _example(wrapped.interface)
-    with torch.no_grad():
-        wrapped(*example)
-    return wrapped, example
-
-
 def _traced(wrapped: AttentionOutputs, example: tuple[Tensor, ...]) -> Any:
     """PyTorch's exporter's program of ``wrapped`` traced on ``example``, not yet
     optimised: its initializers are still the parameters and buffers, by name."""
@@ -269,6 +257,21 @@ def _traced(wrapped: AttentionOutputs, example: tuple[Tensor, ...]) -> Any:
             output_names=wrapped.names,
             dynamic_shapes=(tuple(dynamic.values()),),  # forward(*inputs)
         )  # fmt: skip
+
+
+# --8<-- [end:export_onnx]
+
+
+def _wrapped(
+    model: nn.Module, example: tuple[Tensor, ...] | None = None
+) -> tuple[AttentionOutputs, tuple[Tensor, ...]]:
+    """``model`` wrapped, run once on ``example`` (default: small id tensors):
+    shape-checked, and the output names filled in."""
+    wrapped = AttentionOutputs(model).eval()
+    example = example or _example(wrapped.interface)
+    with torch.no_grad():
+        wrapped(*example)
+    return wrapped, example
 
 
 def _write(
@@ -302,9 +305,6 @@ def _write(
     sidecar = {**_sidecar(wrapped, example), **(metadata or {})}
     path.with_suffix(".json").write_text(json.dumps(sidecar, indent=1) + "\n")
     return sidecar
-
-
-# --8<-- [end:export_onnx]
 
 
 def export_onnx_each(
