@@ -186,7 +186,7 @@ def test_run_onnx_names_the_inputs_it_needs(exported):
 
 
 def test_one_trace_serves_only_models_of_its_architecture(exported):
-    """export_onnx_each traces a model once per architecture key: models that differ
+    """_export_onnx_each traces a model once per architecture key: models that differ
     only in their weights share one; another configuration (the activation, the
     vocabulary) gets its own. The check run on each graph that reuses a trace passes
     for the model the graph computes and refuses one whose weights it does not hold.

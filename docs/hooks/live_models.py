@@ -5,7 +5,7 @@ On the first build this hook runs ``export_all`` of ``docs/scripts/live_models.p
 checkpoints in ``docs/scripts/live_checkpoints``, a parameter-free basic
 self-attention, the packaged all-MiniLM-L6-v2 and the induction model of "Watch a
 circuit form" (``docs/figures/induction/model.pt``), each written by
-``named_transformer.export_onnx`` with its JSON sidecar (``export_onnx_each``: copy
+``named_transformer.export_onnx`` with its JSON sidecar (``_export_onnx_each``: copy
 and reverse, one architecture, are traced once). The files are kept in
 ``.cache/live-models/<key>/`` (gitignored), where the key hashes the checkpoints and
 the code that exports them, so a later build reuses them; they are added to the site

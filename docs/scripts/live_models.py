@@ -10,7 +10,7 @@ state, well under 2 MB each). The docs build (``docs/hooks/live_models.py``) exp
 them, a parameter-free basic self-attention, the packaged MiniLM and the two-layer
 attention-only model of "Watch a circuit form" (``docs/figures/induction/model.pt``,
 which ``induction_figures.py`` trains) with :func:`named_transformer.export_onnx`
-(``export_onnx_each``: one trace per architecture). The browser tests compare what
+(``_export_onnx_each``: one trace per architecture). The browser tests compare what
 the page computed with :func:`reference`, the same PyTorch models.
 """
 
@@ -36,7 +36,7 @@ from named_transformer.interop.onnx import (
     INTERFACES,
     AttentionOutputs,
     Interface,
-    export_onnx_each,
+    _export_onnx_each,
 )
 from named_transformer.workflows.export import export_minilm, task_metadata
 from named_transformer.workflows.runner import decode_examples, load_run
@@ -232,10 +232,10 @@ def reference(name: str) -> Live:
 
 def export_all(out: Path) -> list[Path]:
     """Export every live model into ``out``; return the files written. Models of one
-    architecture (copy and reverse) are traced once (``export_onnx_each``)."""
+    architecture (copy and reverse) are traced once (``_export_onnx_each``)."""
     export_minilm(out / "minilm.onnx")
     lives = {name: reference(name) for name in LIVE if name != "minilm"}
-    export_onnx_each([(live.module.model, out / f"{name}.onnx", live.metadata)
+    _export_onnx_each([(live.module.model, out / f"{name}.onnx", live.metadata)
                       for name, live in lives.items()])  # fmt: skip
     return sorted(out.iterdir())
 

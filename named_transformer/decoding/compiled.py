@@ -117,13 +117,12 @@ class CompiledDecoder(IncrementalDecoder):
         if self.caches[0].keys is None:
             self._allocate(tokens.shape[0])
         new = tokens[:, self.length :]
+        first = torch.tensor([self.length], device=tokens.device)
         if new.shape[-1] > 1 and self.window is None:  # a prompt: eagerly, one pass
             log_probs = self._step(new, self.length)
         elif new.shape[-1] > 1:  # under a sliding window: over every slot, eagerly
-            first = torch.tensor([self.length], device=tokens.device)
             log_probs = self._step_at(new, first)
         else:
-            first = torch.tensor([self.length], device=tokens.device)
             # a fresh copy: a slice of tokens would have strides that change every step
             new = new.clone(memory_format=torch.contiguous_format)
             with shape_checks(False):

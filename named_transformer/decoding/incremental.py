@@ -126,8 +126,7 @@ class _PromptCore(Core):
 
     The decoder's masks are its own: without a sliding window, a square one (as many
     queries as keys) is ``causal_mask(seq_q, seq)``, the first query at position 0,
-    which ``is_causal=True`` applies without a mask, compiled too (where the mask
-    cannot be compared).
+    which ``is_causal=True`` applies without a mask.
     """
 
     groups_heads = True  # the kernel takes them as they are; the fallback splits them

@@ -307,7 +307,7 @@ def _write(
     return sidecar
 
 
-def export_onnx_each(
+def _export_onnx_each(
     exports: Sequence[tuple[nn.Module, str | Path, dict[str, Any] | None]],
 ) -> list[dict[str, Any]]:
     """:func:`export_onnx` of each ``(model, path, metadata)``, tracing once per
