@@ -311,7 +311,30 @@ def test_a_prompt_from_position_0_runs_the_fused_kernel_and_equals_recomputing(
     with torch.no_grad():
         cached = greedy(IncrementalDecoder(model), start, 4)
         full = greedy(IncrementalDecoder(model, cache=False), start, 4)
-    # the prompt's pass in each of the two layers; the one-token steps materialise
-    assert calls == [True, True]
+    # the prompt's pass in the first of the two layers; the last layer takes the
+    # prompt's keys and values apart and attends from its last position alone, as
+    # the one-token steps do, materialising
+    assert calls == [True]
     assert torch.equal(cached.tokens, full.tokens)
     torch.testing.assert_close(cached.log_probs, full.log_probs, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_the_step_rotation_is_rotate_heads(dtype):
+    from named_transformer.decoding.incremental import _StepRotary
+    from named_transformer.models.rotary import Rotary, rotate_heads
+
+    scheme = Rotary(base=500.0)
+    stacked = torch.randn(2, 7, 5, 8, dtype=torch.float64).to(dtype)
+    queries = stacked[:, :4]  # strided, as the stacked projection's views are
+    with torch.inference_mode():
+        for offset in (0, 6):
+            ours = _StepRotary(scheme).rotate(queries, offset)
+            assert torch.equal(ours, rotate_heads(queries, offset=offset, base=500.0))
+            assert ours.dtype == dtype and ours.is_contiguous()
+        # a tensor offset (the compiled step) is rotated by the scheme itself
+        offset = torch.tensor([6])
+        assert torch.equal(
+            _StepRotary(scheme).rotate(queries, offset),
+            rotate_heads(queries, offset=offset, base=500.0),
+        )
