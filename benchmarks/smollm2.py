@@ -114,14 +114,15 @@ def differing(runs: dict[str, Callable[[int], Tensor]], new: int) -> list[str]:
 
 def prefill_and_whole(
     runs: dict[str, Callable[[int], Tensor]], new: int, repeats: int,
-    timer: Callable[..., list[Timing]] = interleaved,
+    timer: Callable[..., list[Timing]] = interleaved, prefill_repeats: int = 0,
 ) -> tuple[list[Timing], list[Timing]]:
-    """Each decoder's timings of the prefill and one token, and of the prefill and
-    ``new`` tokens (``timer``: how to time, :func:`~benchmarks.common.interleaved`'s
-    signature)."""
+    """Each decoder's timings of the prefill and one token (``prefill_repeats`` times,
+    or ``repeats``), and of the prefill and ``new`` tokens (``timer``: how to time,
+    :func:`~benchmarks.common.interleaved`'s signature)."""
     prefill = timer(
-        {name: lambda run=run: run(1) for name, run in runs.items()}, repeats, warmup=1
-    )
+        {name: lambda run=run: run(1) for name, run in runs.items()},
+        prefill_repeats or repeats, warmup=1,
+    )  # fmt: skip
     whole = timer(
         {name: lambda run=run: run(new) for name, run in runs.items()}, repeats,
         warmup=1,
@@ -155,7 +156,10 @@ def smollm2(quick: bool) -> str:
     with torch.inference_mode(), nt.shape_checks(False):
         for name in differing(runs, new):
             raise AssertionError(f"{name}: greedy tokens differ")
-        prefill, whole = prefill_and_whole(runs, new, repeats)
+        # a prefill is short and this machine's speed drifts: more repeats of it
+        prefill, whole = prefill_and_whole(
+            runs, new, repeats, prefill_repeats=1 if quick else 9
+        )
     their_prefill = prefill[-1].median
     their_token = per_token(prefill[-1], whole[-1], new)
     rows = []

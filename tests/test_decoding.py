@@ -39,10 +39,10 @@ def model_for(kind: str, positions: str, norm_first: bool, seed: int):
     return build_model(spec).double().eval()
 
 
-@settings(deadline=None, max_examples=6)
+@settings(deadline=None, max_examples=10)
 @given(
     kind=st.sampled_from(["encoder-decoder", "decoder-only"]),
-    positions=st.sampled_from(["sinusoidal", "learned", "relative"]),
+    positions=st.sampled_from(["sinusoidal", "learned", "relative", "rotary", "alibi"]),
     norm_first=st.booleans(),
     seed=st.integers(0, 2**16),
     batch=st.integers(1, 3),
@@ -338,3 +338,28 @@ def test_the_step_rotation_is_rotate_heads(dtype):
             _StepRotary(scheme).rotate(queries, offset),
             rotate_heads(queries, offset=offset, base=500.0),
         )
+
+
+def test_a_new_decoder_restacks_w_qkv_into_the_memory_of_the_last():
+    from named_transformer.decoding import incremental
+    from named_transformer.models.multihead import stacked_weights
+
+    model = model_for("decoder-only", "rotary", True, 11)
+    attention = model.blocks.layers[0].self_attention
+    first = IncrementalDecoder(model).caches[0].w_qkv
+    with torch.no_grad():
+        attention.w_k.data.mul_(2)  # behind autograd's back: no version counter moves
+    second = IncrementalDecoder(model).caches[0].w_qkv
+    assert second.data_ptr() == first.data_ptr()
+    assert torch.equal(second, stacked_weights(attention.named_weights())[0])
+    start = torch.randint(4, VOCAB, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            IncrementalDecoder(model)(start),
+            IncrementalDecoder(model, cache=False)(start), rtol=0, atol=1e-10,
+        )  # fmt: skip
+    model.float()  # another dtype: new memory, the right numbers
+    third = IncrementalDecoder(model).caches[0].w_qkv
+    assert third.dtype == torch.float32 and third.data_ptr() != first.data_ptr()
+    assert torch.equal(third, stacked_weights(attention.named_weights())[0])
+    assert incremental._W_QKV[attention] is third

@@ -31,11 +31,13 @@ modules.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor, nn
 
 from named_transformer.core.feedforward import feed_forward, gated_feed_forward
@@ -50,6 +52,7 @@ from named_transformer.models.multihead import (
     attend_projected,
     project_heads,
     project_qkv,
+    stacked_biases,
     stacked_projection,
     stacked_weights,
 )
@@ -83,6 +86,12 @@ class _LayerCache:
     first: int = 0
 
 
+#: each self-attention's W_qkv, its memory reused by the next decoder of the module
+_W_QKV: weakref.WeakKeyDictionary[MultiHeadAttention, Tensor] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
     """The stacked W_qkv (and b_qkv) of a self-attention, one product per cached step.
 
@@ -90,10 +99,35 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
     then projects the new tokens with one matrix product instead of three, with any
     number of key/value heads. (Not when values are narrower or wider than keys: then
     the three stay separate.)
+
+    A decoder writes W_qkv from the weights as they are now into the memory the
+    module's last decoder used (:data:`_W_QKV`), not into a new tensor: fresh memory
+    costs page faults, and SmolLM2's 66 MB of them took 30-100 ms, a tenth of its
+    256-token prefill or more. A decoder still running meanwhile sees the same
+    numbers, unless the weights changed in between; it reads every other weight from
+    the modules as they are at each step anyway.
     """
     weights = attention.named_weights()
-    if weights.stackable:
+    if not weights.stackable:
+        return
+    parts = (weights.w_q, weights.w_k, weights.w_v)
+    heads = sum(weight.shape[0] for weight in parts)
+    layer, key = weights.w_q.shape[1:]
+    held = _W_QKV.get(attention)
+    if held is None or (held.shape, held.dtype, held.device) != (
+        (heads * key, layer), weights.w_q.dtype, weights.w_q.device
+    ):
         entry.w_qkv, entry.b_qkv = stacked_weights(weights)
+        _W_QKV[attention] = entry.w_qkv
+        return
+    # stack_qkv's layout: layer-major, the heads of the three one after another
+    by_layer = rearrange(held, "(parts key) layer -> layer parts key", key=key)
+    first = 0
+    for weight in parts:
+        written = by_layer[:, first : first + weight.shape[0]]
+        written.copy_(rearrange(weight, "heads layer key -> layer heads key"))
+        first += weight.shape[0]
+    entry.w_qkv, entry.b_qkv = held, stacked_biases(weights)
 
 
 def _cached_attention(

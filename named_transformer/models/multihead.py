@@ -224,11 +224,16 @@ def stacked_weights(
     weights: AttentionWeights,
 ) -> tuple[Float[Tensor, "qkv layer"], Float[Tensor, " qkv"] | None]:
     """$W_{qkv}$ and $b_{qkv}$ (None without biases) of stackable weights."""
-    b_qkv = None
-    if weights.b_q is not None:
-        biases, _ = pack([weights.b_q, weights.b_k, weights.b_v], "* key")
-        b_qkv = rearrange(biases, "parts key -> (parts key)")
-    return stack_qkv(weights.w_q, weights.w_k, weights.w_v), b_qkv
+    return stack_qkv(weights.w_q, weights.w_k, weights.w_v), stacked_biases(weights)
+
+
+def stacked_biases(weights: AttentionWeights) -> Tensor | None:
+    """$b_{qkv}$, the biases stacked as :func:`stack_qkv` stacks the weights (None
+    without biases)."""
+    if weights.b_q is None:
+        return None
+    biases, _ = pack([weights.b_q, weights.b_k, weights.b_v], "* key")
+    return rearrange(biases, "parts key -> (parts key)")
 
 
 # --8<-- [start:Heads]
