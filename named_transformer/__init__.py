@@ -314,7 +314,7 @@ __all__ = [
     "ov_circuit",
     "qk_circuit",
 ]
-__version__ = "0.11.3"
+__version__ = "0.11.4"
 
 
 def __getattr__(name: str) -> object:
