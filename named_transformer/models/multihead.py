@@ -227,7 +227,8 @@ def stacked_weights(
     return stack_qkv(weights.w_q, weights.w_k, weights.w_v), stacked_biases(weights)
 
 
-def stacked_biases(weights: AttentionWeights) -> Tensor | None:
+@checked
+def stacked_biases(weights: AttentionWeights) -> Float[Tensor, " qkv"] | None:
     """$b_{qkv}$, the biases stacked as :func:`stack_qkv` stacks the weights (None
     without biases)."""
     if weights.b_q is None:
