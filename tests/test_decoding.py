@@ -363,3 +363,26 @@ def test_a_new_decoder_restacks_w_qkv_into_the_memory_of_the_last():
     assert third.dtype == torch.float32 and third.data_ptr() != first.data_ptr()
     assert torch.equal(third, stacked_weights(attention.named_weights())[0])
     assert incremental._W_QKV[attention] is third
+
+
+@pytest.mark.parametrize(
+    ("kind", "norm_first", "window"),
+    [("decoder-only", True, None), ("decoder-only", False, 3),
+     ("encoder-decoder", False, None), ("encoder-decoder", True, None)],
+)  # fmt: skip
+def test_a_later_prompt_then_steps_equal_recomputing(kind, norm_first, window):
+    # a prompt, then several tokens at once after it (the last layer writes their
+    # keys and values apart from the last position, at an offset), then one at a time
+    model = model_for(kind, "rotary", norm_first, 12)
+    model.config = replace(model.config, window=window)
+    source = torch.randint(4, VOCAB, (2, 5))
+    tokens = torch.randint(4, VOCAB, (2, 11))
+    extra = (source, None) if kind == "encoder-decoder" else ()
+    cached = IncrementalDecoder(model, *extra)
+    full = IncrementalDecoder(model, *extra, cache=False)
+    with torch.no_grad():
+        for length in (4, 8, 9, 10, 11):
+            torch.testing.assert_close(
+                cached(tokens[:, :length]), full(tokens[:, :length]),
+                rtol=0, atol=1e-10,
+            )  # fmt: skip

@@ -86,7 +86,8 @@ class _LayerCache:
     first: int = 0
 
 
-#: each self-attention's W_qkv, its memory reused by the next decoder of the module
+#: each self-attention's W_qkv on the CPU, its memory reused by the module's next
+#: decoder (held as long as the module lives: SmolLM2's are 66 MB)
 _W_QKV: weakref.WeakKeyDictionary[MultiHeadAttention, Tensor] = (
     weakref.WeakKeyDictionary()
 )
@@ -100,13 +101,16 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
     number of key/value heads. (Not when values are narrower or wider than keys: then
     the three stay separate.)
 
-    A decoder writes W_qkv from the weights as they are now into the memory the
-    module's last decoder used (:data:`_W_QKV`), not into a new tensor: fresh memory
-    costs page faults, and for SmolLM2's 66 MB they made a new decoder take 41 ms
-    instead of 9 (a compiled one 135 ms instead of 10), beside a 256-token prefill of
-    about 500 ms. A decoder still running meanwhile sees the same
-    numbers, unless the weights changed in between; it reads every other weight from
-    the modules as they are at each step anyway.
+    On the CPU a decoder writes W_qkv, from the weights as they are now, into the
+    memory the module's last decoder used (:data:`_W_QKV`), not into a new tensor:
+    fresh memory costs page faults, and for SmolLM2's 66 MB they made a new decoder
+    take 41 ms instead of 9 (a compiled one 135 ms instead of 10; construction timed
+    back to back, medians of 15), beside a 256-token prefill of about 500 ms. So a
+    decoder still in use when its model's weights change and a new decoder is made
+    reads the new W_qkv from then on; it reads every other weight from the modules
+    as they are at each step anyway. (A test checks that the memory written equals
+    :func:`~named_transformer.models.multihead.stacked_weights`, whose layout it
+    repeats.)
     """
     weights = attention.named_weights()
     if not weights.stackable:
@@ -114,12 +118,14 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
     parts = (weights.w_q, weights.w_k, weights.w_v)
     heads = sum(weight.shape[0] for weight in parts)
     layer, key = weights.w_q.shape[1:]
-    held = _W_QKV.get(attention)
-    if held is None or (held.shape, held.dtype, held.device) != (
-        (heads * key, layer), weights.w_q.dtype, weights.w_q.device
+    held = _W_QKV.pop(attention, None)  # dropped if the weights left the CPU
+    on_cpu = weights.w_q.device.type == "cpu"
+    if not on_cpu or held is None or (held.shape, held.dtype) != (
+        (heads * key, layer), weights.w_q.dtype
     ):
         entry.w_qkv, entry.b_qkv = stacked_weights(weights)
-        _W_QKV[attention] = entry.w_qkv
+        if on_cpu:  # (CUDA's caching allocator reuses memory already)
+            _W_QKV[attention] = entry.w_qkv
         return
     # stack_qkv's layout: layer-major, the heads of the three one after another
     by_layer = rearrange(held, "(parts key) layer -> layer parts key", key=key)
@@ -129,6 +135,7 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
         written.copy_(rearrange(weight, "heads layer key -> layer heads key"))
         first += weight.shape[0]
     entry.w_qkv, entry.b_qkv = held, stacked_biases(weights)
+    _W_QKV[attention] = held
 
 
 def _cached_attention(
@@ -200,13 +207,13 @@ class _PromptCore(Core):
         )
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)  # a prompt's step uses three: n, n - 1, 1 positions
 def _rotation_tables(
-    seq: int, key: int, offset: int, base: float, dtype: torch.dtype, device, _mode
+    seq: int, key: int, offset: int, base: float, dtype: torch.dtype, device
 ) -> tuple[Tensor, Tensor]:
     r"""$\cos\Phi$ and $\sin\Phi$ for ``seq`` positions from ``offset``, computed
-    as :func:`~named_transformer.models.rotary.rotate_heads` computes them (``_mode``:
-    whether inference mode is on, so a table made in it never meets autograd)."""
+    as :func:`~named_transformer.models.rotary.rotate_heads` computes them (in
+    inference mode, as every decoder step runs)."""
     angles = rotary_angles(
         seq, key, offset=offset, base=base,
         dtype=torch.promote_types(dtype, torch.float32), device=device,
@@ -235,9 +242,8 @@ class _StepRotary(Positions):
             return self.rotary.rotate(heads, offset)
         seq, key = heads.shape[-2:]
         cos, sin = _rotation_tables(
-            seq, key, offset, self.rotary.base, heads.dtype, heads.device,
-            torch.is_inference_mode_enabled(),
-        )  # fmt: skip
+            seq, key, offset, self.rotary.base, heads.dtype, heads.device
+        )
         first, second = heads[..., : key // 2], heads[..., key // 2 :]
         rotated = torch.empty_like(heads, memory_format=torch.contiguous_format)
         rotated_first, rotated_second = (
@@ -536,21 +542,18 @@ class IncrementalDecoder:
         # or edit is open (their taps); else their equations, called directly
         direct = not self.model.training and tapping() is None
         plans = self.plans if direct else [None] * len(self.layers)
-        *earlier, last = zip(self.layers, plans, self.caches, strict=True)
-        for layer, plan, entry in earlier:
-            hidden = self._layer(layer, plan, entry, hidden, mask, offset)
         # only the last position's log-probabilities are asked for (the token after
         # the prefix): a prompt's other positions skip the final norm and the
         # generator, whose vocabulary-wide product is a fifth of SmolLM2's prefill,
         # and all of the last layer but its keys and values, which later steps
         # attend: those are written first, then the last position goes through alone
-        layer, plan, entry = last
-        residual = self._writes_apart(plan, hidden, offset)
-        if residual is not None:
-            earlier_positions = residual.sublayer_inputs(hidden[:, :-1])
-            self._self_attention_inputs(layer, plan, entry, earlier_positions, offset)
-            offset, mask, hidden = offset + hidden.shape[-2] - 1, None, hidden[:, -1:]
-        hidden = self._layer(layer, plan, entry, hidden, mask, offset)[:, -1:]
+        for layer, plan, entry in zip(self.layers, plans, self.caches, strict=True):
+            if layer is self.layers[-1]:
+                hidden, mask, offset = self._last_position_apart(
+                    layer, plan, entry, hidden, mask, offset
+                )
+            hidden = self._layer(layer, plan, entry, hidden, mask, offset)
+        hidden = hidden[:, -1:]
         stack = self.model.stacks.decoder if self.encoder_decoder else self.model.blocks
         if stack.norm is not None:
             hidden = stack.norm(hidden)
@@ -627,16 +630,22 @@ class IncrementalDecoder:
         )  # fmt: skip
         return Heads(queries, keys, values), seen_mask
 
-    def _writes_apart(
-        self, plan: _LayerPlan | None, hidden: Tensor, offset
-    ) -> _Residual | None:
-        """The last layer's self-attention residual if it can take a prompt's keys
-        and values apart from its last position (a plan of equations, no taps, and a
-        prompt at a known position), else None."""
+    def _last_position_apart(
+        self, layer, plan: _LayerPlan | None, entry: _LayerCache, hidden: Tensor,
+        mask: Tensor | None, offset,
+    ) -> tuple[Tensor, Tensor | None, int | Tensor]:  # fmt: skip
+        """Write the last layer's keys and values of a prompt's positions but the
+        last; return the last position, its mask (none) and offset. Anything else
+        (one position, a position as a tensor, the modules' own forward) is
+        returned as it is."""
         name = "self_attention" if self.encoder_decoder else "attention"
         residual = None if plan is None else plan.residuals[f"{name}_residual"]
         apart = hidden.shape[-2] > 1 and isinstance(offset, int)
-        return residual if apart and isinstance(residual, _Residual) else None
+        if not apart or not isinstance(residual, _Residual):
+            return hidden, mask, offset
+        earlier = residual.sublayer_inputs(hidden[:, :-1])
+        self._self_attention_inputs(layer, plan, entry, earlier, offset)
+        return hidden[:, -1:], None, offset + hidden.shape[-2] - 1
 
     def _layer(self, layer, plan: _LayerPlan | None, entry: _LayerCache, hidden, mask,
                offset):  # fmt: skip
