@@ -22,6 +22,7 @@ never uses either: one to two seconds on every start.
 
 from __future__ import annotations
 
+import _thread
 import importlib.util
 import os
 import signal
@@ -76,9 +77,33 @@ def parse_first() -> None:
 
 
 def started() -> None:
-    """Ctrl-C raises ``KeyboardInterrupt`` again (if :func:`quiet_start` changed it)."""
+    """Ctrl-C raises ``KeyboardInterrupt`` again (if :func:`quiet_start` changed it),
+    and one that Python could only print is raised again (:func:`_deliver_again`)."""
     if signal.getsignal(signal.SIGINT) is _stop:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if sys.unraisablehook is not _deliver_again:
+        global _python_hook
+        _python_hook = sys.unraisablehook
+        sys.unraisablehook = _deliver_again
+
+
+_python_hook = sys.unraisablehook
+
+
+def _deliver_again(unraisable) -> None:
+    """A ``KeyboardInterrupt`` raised where Python cannot pass an exception on (in a
+    garbage collector's callback, such as hypothesis's, or a ``__del__``) is printed as
+    "Exception ignored in ..." with a traceback, and the command carries on: Ctrl-C is
+    sent to the main thread again instead, where the command line reports it in one
+    line. (Sent from another thread a moment later: sent now, it would be raised
+    inside this hook, which cannot pass it on either.) Every other unraisable
+    exception goes to Python's hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        again = threading.Timer(0.05, _thread.interrupt_main)
+        again.daemon = True  # not waited for if the command is ending anyway
+        again.start()
+        return
+    _python_hook(unraisable)
 
 
 def jaxtyping_without_jax() -> None:

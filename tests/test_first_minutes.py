@@ -601,3 +601,26 @@ def test_the_parsers_numbers_are_the_registries():
 
     assert recipes.KINDS == tuple(kinds.MODEL_KINDS)
     assert sorted(recipes.RECIPES) == sorted(tasks.TASKS)
+
+
+def test_a_ctrl_c_that_python_could_only_print_is_delivered_again(monkeypatch):
+    # hypothesis's garbage-collector callback once swallowed Ctrl-C in `exercises
+    # check`: Python printed "Exception ignored in ..." and the command carried on
+    from named_transformer import _startup
+
+    class SwallowsCtrlC:
+        def __del__(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _startup.started()
+        assert sys.unraisablehook is _startup._deliver_again
+        with pytest.raises(KeyboardInterrupt):
+            SwallowsCtrlC()  # its __del__ runs at once and cannot raise
+            give_up = time.monotonic() + 5
+            while time.monotonic() < give_up:  # the Ctrl-C delivered again lands here
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
