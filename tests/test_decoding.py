@@ -386,3 +386,15 @@ def test_a_later_prompt_then_steps_equal_recomputing(kind, norm_first, window):
                 cached(tokens[:, :length]), full(tokens[:, :length]),
                 rtol=0, atol=1e-10,
             )  # fmt: skip
+
+
+def test_a_layer_shared_twice_takes_the_prompt_apart_only_where_it_is_last():
+    model = model_for("decoder-only", "rotary", True, 13)
+    shared = model.blocks.layers[0]
+    model.blocks.layers = torch.nn.ModuleList([shared, shared])  # tied weights
+    tokens = torch.randint(4, VOCAB, (2, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            IncrementalDecoder(model)(tokens),
+            IncrementalDecoder(model, cache=False)(tokens), rtol=0, atol=1e-10,
+        )  # fmt: skip

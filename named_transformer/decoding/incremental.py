@@ -116,12 +116,12 @@ def _stacked_weights(attention: MultiHeadAttention, entry: _LayerCache) -> None:
     if not weights.stackable:
         return
     parts = (weights.w_q, weights.w_k, weights.w_v)
-    heads = sum(weight.shape[0] for weight in parts)
+    stacked_heads = sum(weight.shape[0] for weight in parts)
     layer, key = weights.w_q.shape[1:]
     held = _W_QKV.pop(attention, None)  # dropped if the weights left the CPU
     on_cpu = weights.w_q.device.type == "cpu"
     if not on_cpu or held is None or (held.shape, held.dtype) != (
-        (heads * key, layer), weights.w_q.dtype
+        (stacked_heads * key, layer), weights.w_q.dtype
     ):
         entry.w_qkv, entry.b_qkv = stacked_weights(weights)
         if on_cpu:  # (CUDA's caching allocator reuses memory already)
@@ -547,8 +547,10 @@ class IncrementalDecoder:
         # generator, whose vocabulary-wide product is a fifth of SmolLM2's prefill,
         # and all of the last layer but its keys and values, which later steps
         # attend: those are written first, then the last position goes through alone
-        for layer, plan, entry in zip(self.layers, plans, self.caches, strict=True):
-            if layer is self.layers[-1]:
+        last = len(self.layers) - 1
+        steps = zip(self.layers, plans, self.caches, strict=True)
+        for index, (layer, plan, entry) in enumerate(steps):
+            if index == last:
                 hidden, mask, offset = self._last_position_apart(
                     layer, plan, entry, hidden, mask, offset
                 )
