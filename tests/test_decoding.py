@@ -340,6 +340,16 @@ def test_the_step_rotation_is_rotate_heads(dtype):
         )
 
 
+def assert_prompt_equals_recomputing(model, tokens: torch.Tensor) -> None:
+    """A fresh cached decoder's log-probabilities after the prompt ``tokens`` are
+    those of recomputing it (float64, 1e-10)."""
+    with torch.no_grad():
+        torch.testing.assert_close(
+            IncrementalDecoder(model)(tokens),
+            IncrementalDecoder(model, cache=False)(tokens), rtol=0, atol=1e-10,
+        )  # fmt: skip
+
+
 def test_a_new_decoder_restacks_w_qkv_into_the_memory_of_the_last():
     from named_transformer.decoding import incremental
     from named_transformer.models.multihead import stacked_weights
@@ -352,12 +362,7 @@ def test_a_new_decoder_restacks_w_qkv_into_the_memory_of_the_last():
     second = IncrementalDecoder(model).caches[0].w_qkv
     assert second.data_ptr() == first.data_ptr()
     assert torch.equal(second, stacked_weights(attention.named_weights())[0])
-    start = torch.randint(4, VOCAB, (2, 5))
-    with torch.no_grad():
-        torch.testing.assert_close(
-            IncrementalDecoder(model)(start),
-            IncrementalDecoder(model, cache=False)(start), rtol=0, atol=1e-10,
-        )  # fmt: skip
+    assert_prompt_equals_recomputing(model, torch.randint(4, VOCAB, (2, 5)))
     model.float()  # another dtype: new memory, the right numbers
     third = IncrementalDecoder(model).caches[0].w_qkv
     assert third.dtype == torch.float32 and third.data_ptr() != first.data_ptr()
@@ -392,9 +397,4 @@ def test_a_layer_shared_twice_takes_the_prompt_apart_only_where_it_is_last():
     model = model_for("decoder-only", "rotary", True, 13)
     shared = model.blocks.layers[0]
     model.blocks.layers = torch.nn.ModuleList([shared, shared])  # tied weights
-    tokens = torch.randint(4, VOCAB, (2, 6))
-    with torch.no_grad():
-        torch.testing.assert_close(
-            IncrementalDecoder(model)(tokens),
-            IncrementalDecoder(model, cache=False)(tokens), rtol=0, atol=1e-10,
-        )  # fmt: skip
+    assert_prompt_equals_recomputing(model, torch.randint(4, VOCAB, (2, 6)))
